@@ -1,0 +1,115 @@
+"""Reading experiment configs: YAML files, `--set` overrides and variants.
+
+Configs are data: YAML is loaded with `yaml.safe_load` (no object tags), and
+nothing in a config imports code.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any, Mapping, Sequence
+
+import yaml
+
+from fedsim.config.schema import ExperimentConfig
+from fedsim.config.typed import parse, to_plain
+from fedsim.errors import UserError
+
+
+def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
+  """The mapping in YAML file `path`; UserError naming the file otherwise."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      data = yaml.safe_load(f)
+  except FileNotFoundError:
+    raise UserError(f"{path}: config file not found") from None
+  except IsADirectoryError:
+    raise UserError(f"{path}: is a directory, expected a YAML config file") from None
+  except (OSError, UnicodeDecodeError) as e:
+    raise UserError(f"{path}: cannot read config file ({e.__class__.__name__})") from None
+  except yaml.YAMLError as e:
+    mark = getattr(e, "problem_mark", None)
+    where = f" line {mark.line + 1}" if mark else ""
+    problem = getattr(e, "problem", None) or "invalid YAML"
+    raise UserError(f"{path}:{where} not valid YAML: {problem}") from None
+  if not isinstance(data, dict):
+    raise UserError(f"{path}: expected a mapping of config keys at the top level")
+  return data
+
+
+def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+  """Applies `dotted.key=value` overrides; values are parsed as YAML scalars/lists."""
+  result = copy.deepcopy(dict(raw))
+  for item in overrides:
+    key, sep, text = item.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+      raise UserError(f"--set {item}: expected dotted.key=value")
+    try:
+      value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+      raise UserError(f"--set {item}: value is not valid YAML") from None
+    node = result
+    parts = key.split(".")
+    for i, part in enumerate(parts[:-1]):
+      child = node.get(part)
+      if child is None:
+        child = node[part] = {}
+      elif isinstance(child, str) and i < len(parts) - 1:
+        child = node[part] = {"name": child}  # `model: mlp` shorthand
+      if not isinstance(child, dict):
+        raise UserError(f"--set {item}: '{'.'.join(parts[:i + 1])}' is not a section")
+      node = child
+    node[parts[-1]] = value
+  return result
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+  """`override` merged into `base`; a changed registry `name` replaces the section."""
+  merged = copy.deepcopy(dict(base))
+  for key, value in override.items():
+    old = merged.get(key)
+    same_entry = not (isinstance(value, Mapping) and "name" in value
+                      and isinstance(old, Mapping) and old.get("name") != value["name"])
+    if isinstance(old, Mapping) and isinstance(value, Mapping) and same_entry:
+      merged[key] = deep_merge(old, value)
+    else:
+      merged[key] = copy.deepcopy(value)
+  return merged
+
+
+def parse_config(raw: Mapping[str, Any]) -> ExperimentConfig:
+  """Validates a raw config mapping (and each of its variants) into typed form."""
+  config = parse(ExperimentConfig, raw)
+  for name, override in config.variants.items():
+    if "variants" in override or "name" in override:
+      raise UserError(f"variants.{name}: a variant may not set 'name' or 'variants'")
+    try:
+      parse(ExperimentConfig, deep_merge(raw, override))
+    except UserError as e:
+      raise UserError(f"variants.{name}: {e}") from None
+  return config
+
+
+def load_config(source: str | os.PathLike | Mapping[str, Any],
+                overrides: Sequence[str] = ()) -> tuple[ExperimentConfig, dict[str, Any]]:
+  """Reads, overrides and validates a config. Returns (typed config, raw mapping)."""
+  raw = dict(source) if isinstance(source, Mapping) else read_yaml(source)
+  raw = apply_overrides(raw, overrides)
+  return parse_config(raw), raw
+
+
+def expand_variants(raw: Mapping[str, Any]) -> list[tuple[str | None, ExperimentConfig]]:
+  """[(variant name, config)] to run: the variants in order, or (None, base)."""
+  base = dict(raw)
+  variants = base.pop("variants", None) or {}
+  if not variants:
+    return [(None, parse_config(base))]
+  return [(name, parse_config(deep_merge(base, override or {})))
+          for name, override in variants.items()]
+
+
+def plain(config: ExperimentConfig) -> dict[str, Any]:
+  """The resolved config as YAML-ready data (what `config.yaml` holds)."""
+  return to_plain(config)

@@ -1,0 +1,56 @@
+"""The experiment config: the typed form of an experiment YAML file."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, Literal
+
+from fedsim.algorithms import ALGORITHMS
+from fedsim.compression import parse_compression
+from fedsim.config.typed import Component, bounded, component, custom
+from fedsim.data import DATASETS
+from fedsim.errors import UserError
+from fedsim.models import MODELS
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+  every: int = bounded(1, min=1)         # evaluate the global model every N rounds (and after the last)
+  batch_size: int = bounded(256, min=1)  # evaluation batch size (does not change results)
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeConfig:
+  name: Literal["local"] = "local"   # fedsim's own TFF C++ worker process
+  max_concurrent_computation_calls: int = -1  # TFF worker parallelism; -1 = unlimited
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentConfig:
+  name: str
+  rounds: int = bounded(min=1)
+  clients_per_round: int = bounded(min=1)
+  data: Component = component(DATASETS)
+  model: Component = component(MODELS)
+  algorithm: Component = component(ALGORITHMS, {"name": "fedavg"})
+  seed: int = bounded(0, min=0, max=2**31 - 1)
+  eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
+  runtime: RuntimeConfig = dataclasses.field(default_factory=RuntimeConfig)
+  compression: Any = custom(parse_compression, None)
+  description: str = ""
+  # Named overrides of this config, run one after another (see `expand_variants`).
+  variants: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+
+  def check(self, key: str) -> None:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.name):
+      raise UserError(f"name: '{self.name}' must be letters, digits, '_', '-' or '.'"
+                      " (it names the log directory)")
+    num_clients = getattr(self.data.params, "num_clients", None)
+    if num_clients is not None and self.clients_per_round > num_clients:
+      raise UserError(f"clients_per_round: {self.clients_per_round} is larger than"
+                      f" data.num_clients ({num_clients})")
+    for variant in self.variants:
+      if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", variant):
+        raise UserError(f"variants.{variant}: variant names must be letters, digits,"
+                        " '_', '-' or '.'")

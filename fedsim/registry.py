@@ -1,0 +1,77 @@
+"""Name -> builder registries for models, datasets, algorithms, encoders...
+
+Each entry carries a frozen dataclass of typed parameters; the config refers
+to entries by name and the config parser validates the remaining keys of the
+section against that dataclass. Modules that register entries must not import
+TensorFlow at module level, so that `fedsim validate` stays fast: heavy
+imports go inside the builder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from typing import Any, Callable, Generic, TypeVar
+
+from fedsim.errors import UserError
+
+
+@dataclasses.dataclass(frozen=True)
+class NoParams:
+  """Parameters of an entry that takes none."""
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+  name: str
+  build: Callable[..., Any]
+  params: type
+  summary: str
+
+
+def closest(name: str, options) -> str:
+  """' (did you mean 'x'?)' for the closest option, or '' when none is close."""
+  match = difflib.get_close_matches(str(name), list(options), n=1, cutoff=0.6)
+  return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+class Registry(Generic[F]):
+  """A named collection of builders, each with its own parameter dataclass."""
+
+  def __init__(self, kind: str):
+    self.kind = kind
+    self._entries: dict[str, Entry] = {}
+
+  def register(self, name: str, params: type = NoParams) -> Callable[[F], F]:
+    """Decorator: registers `fn` under `name` with parameter class `params`."""
+    if not dataclasses.is_dataclass(params):
+      raise TypeError(f"params of {self.kind} '{name}' must be a dataclass")
+
+    def decorator(fn: F) -> F:
+      if name in self._entries and self._entries[name].build is not fn:
+        raise ValueError(f"{self.kind} '{name}' is already registered")
+      summary = (fn.__doc__ or "").strip().splitlines()
+      self._entries[name] = Entry(name, fn, params, summary[0] if summary else "")
+      return fn
+
+    return decorator
+
+  def get(self, name: str, key: str | None = None) -> Entry:
+    """The entry for `name`; UserError naming `key` and the closest name if unknown."""
+    try:
+      return self._entries[name]
+    except (KeyError, TypeError):
+      where = f"{key}: " if key else ""
+      raise UserError(
+          f"{where}unknown {self.kind} '{name}'{closest(name, self._entries)};"
+          f" choose one of: {', '.join(sorted(self._entries))}"
+      ) from None
+
+  def names(self) -> list[str]:
+    return sorted(self._entries)
+
+  def __contains__(self, name: str) -> bool:
+    return name in self._entries
