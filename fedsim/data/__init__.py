@@ -1,0 +1,19 @@
+"""Datasets for federated simulation, by name.
+
+`DATASETS` entries are `build(params, seed) -> FederatedData`; each takes its
+own parameter dataclass, and everything random in it is a deterministic
+function of the run seed. NumPy only: no TensorFlow here.
+"""
+
+from __future__ import annotations
+
+from fedsim.registry import Registry
+
+DATASETS = Registry("dataset")
+
+# Imported for their registrations; they need DATASETS, hence after it.
+from fedsim.data import digits, emnist_synthetic  # noqa: E402,F401
+from fedsim.data.federated import (ClientBatching, Examples, FederatedData,  # noqa: E402
+                                   Partitioning)
+
+__all__ = ["DATASETS", "ClientBatching", "Examples", "FederatedData", "Partitioning"]

@@ -1,0 +1,155 @@
+"""The container every dataset builds: per-client examples plus a held-out test set.
+
+Also the config parameters that every dataset shares: how a centralized
+dataset is split over clients (`Partitioning`) and how a client turns its
+examples into local training batches (`ClientBatching`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal, Mapping, Sequence
+
+import numpy as np
+
+from fedsim.config.typed import bounded
+
+# Seed-sequence stream ids, so that no two uses of the run seed share random
+# numbers: a use draws from np.random.default_rng([seed, STREAM, ...]).
+SPLIT_STREAM = 1  # train/test split of a centralized dataset
+PARTITION_STREAM = 2  # which client gets which example
+CAP_STREAM = 3  # max_examples_per_client subsets, then client index
+GENERATE_STREAM = 4  # synthetic examples
+SAMPLE_STREAM = 5  # clients per round, then round number
+PACK_STREAM = 6  # local shuffling; callers of `pack` add round and client index
+
+_QUANTILES = {"min": 0.0, "p10": 0.1, "median": 0.5, "p90": 0.9, "max": 1.0}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Examples:
+  """One client's (or the test set's) examples.
+
+  Attributes:
+    x: float32 features, shape [n, *input_shape].
+    y: int32 labels, shape [n].
+  """
+
+  x: np.ndarray
+  y: np.ndarray
+
+  def __post_init__(self):
+    if len(self.x) != len(self.y):
+      raise ValueError(f"x has {len(self.x)} examples but y has {len(self.y)}")
+
+  def __len__(self) -> int:
+    return len(self.y)
+
+  def take(self, indices: np.ndarray) -> Examples:
+    """The examples at `indices`, in that order."""
+    return Examples(self.x[indices], self.y[indices])
+
+  def capped(self, max_examples: int | None, rng: np.random.Generator) -> Examples:
+    """At most `max_examples` examples chosen uniformly without replacement.
+
+    Returns `self` when there is no cap or the cap is not binding; otherwise a
+    random subset that keeps the original order.
+    """
+    if max_examples is None or len(self) <= max_examples:
+      return self
+    return self.take(np.sort(rng.choice(len(self), max_examples, replace=False)))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class FederatedData:
+  """Client datasets plus a centralized test set no client ever trains on.
+
+  Attributes:
+    clients: client id -> examples, ordered by client id.
+    test: the held-out test set.
+    input_shape: shape of one example's features, e.g. (64,).
+    num_classes: labels are in [0, num_classes).
+  """
+
+  clients: Mapping[str, Examples]
+  test: Examples
+  input_shape: tuple[int, ...]
+  num_classes: int
+
+  @property
+  def client_ids(self) -> tuple[str, ...]:
+    return tuple(self.clients)
+
+  def describe(self) -> dict:
+    """Summary statistics for logs and the CLI.
+
+    Returns:
+      A plain dict: `num_clients`, `total_examples` (over clients),
+      `test_examples`, `input_shape`, `num_classes`, and quantiles
+      (min/p10/median/p90/max) of `examples_per_client` and of
+      `labels_per_client` (distinct labels a client holds).
+    """
+    sizes = np.array([len(c) for c in self.clients.values()])
+    labels = np.array([len(np.unique(c.y)) for c in self.clients.values()])
+    return {
+        "num_clients": len(self.clients),
+        "total_examples": int(sizes.sum()),
+        "test_examples": len(self.test),
+        "input_shape": list(self.input_shape),
+        "num_classes": self.num_classes,
+        "examples_per_client": _quantiles(sizes),
+        "labels_per_client": _quantiles(labels),
+    }
+
+
+def _quantiles(values: np.ndarray) -> dict[str, float]:
+  return {name: float(np.quantile(values, q)) for name, q in _QUANTILES.items()}
+
+
+def client_ids(num_clients: int) -> list[str]:
+  """Ids "client_0000", ... zero-padded so that string order is numeric order."""
+  width = max(4, len(str(num_clients - 1)))
+  return [f"client_{i:0{width}d}" for i in range(num_clients)]
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientBatching:
+  """How each client turns its examples into local training batches."""
+
+  batch_size: int = bounded(16, min=1)
+  epochs: int = bounded(1, min=1)  # local epochs per round
+  # Applied after partitioning, seeded; None keeps every example.
+  max_examples_per_client: int | None = bounded(None, min=1)
+  shuffle: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Partitioning:
+  """How a centralized dataset's training part is split over clients."""
+
+  num_clients: int = bounded(40, min=1)
+  partition: Literal["iid", "dirichlet", "shards"] = "iid"
+  alpha: float = bounded(0.5, gt=0)  # Dirichlet concentration over clients, per label
+  shards_per_client: int = bounded(2, min=1)  # label-sorted shards (McMahan et al. 2017)
+  min_examples_per_client: int = bounded(1, min=1)
+
+
+def federate(parts: Sequence[Examples], test: Examples, *, num_classes: int,
+             max_examples_per_client: int | None, seed: int) -> FederatedData:
+  """Names the clients and applies the per-client cap.
+
+  Args:
+    parts: one `Examples` per client, in client order.
+    test: the held-out test set.
+    num_classes: number of labels.
+    max_examples_per_client: cap on each client's examples, or None.
+    seed: run seed; client i's cap draws from stream [seed, CAP_STREAM, i].
+
+  Returns:
+    The `FederatedData`; `input_shape` is taken from `test.x`.
+  """
+  clients = {
+      cid: part.capped(max_examples_per_client, np.random.default_rng([seed, CAP_STREAM, i]))
+      for i, (cid, part) in enumerate(zip(client_ids(len(parts)), parts))
+  }
+  return FederatedData(clients, test, tuple(test.x.shape[1:]), num_classes)
