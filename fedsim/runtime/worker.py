@@ -1,0 +1,349 @@
+"""The TFF runtime process, owned and reaped by fedsim.
+
+TFF 0.87 runs computations in a child process, `worker_binary`, over gRPC.
+TFF's own default context starts it with the caller's stdout/stderr and never
+kills it at exit, so it outlives its parent and holds the parent's pipes open.
+fedsim starts each worker itself: stdin /dev/null, output to a log file,
+SIGKILL from the kernel when fedsim's process dies (PR_SET_PDEATHSIG), kill
+and reap by `Worker.stop`, by `session` on any exit and by `shutdown` at exit.
+
+The guard: importing this module replaces TFF's default context (in the
+importing thread; TFF's context stack is per thread, and other threads have
+none) with one whose worker fedsim owns. A computation called outside any
+`session`, e.g. in a notebook cell, starts that worker on demand, logging to
+`tempfile.gettempdir()/fedsim-worker-<pid>.log`, with the same guarantees; if
+it dies, the next call starts another. Import this module before any TFF
+computation runs: a worker TFF has already started cannot be taken back.
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import contextlib
+import ctypes
+import os
+import queue
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from typing import Any, Callable, Iterator
+
+# Before gRPC initialises: with fork support on, every worker start prints
+# "Other threads are currently calling into gRPC, skipping fork() handlers" on
+# fedsim's stderr; the worker execs at once and never needs the handlers.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+import grpc  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from fedsim.errors import RunFailed  # pylint: disable=g-import-not-at-top
+from fedsim.runtime import quiet  # pylint: disable=g-import-not-at-top
+
+tff = quiet.import_tff()
+
+_START_TIMEOUT_S = 60.0
+_POLL_S = 0.02
+# As in TFF: model weights and whole client datasets travel in one message.
+_CHANNEL_OPTIONS = [(f"grpc.{name}", 2 * 1000 * 1000 * 1000) for name in (
+    "max_message_length", "max_receive_message_length", "max_send_message_length")]
+_PR_SET_PDEATHSIG = 1
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+_owned: set[Worker] = set()
+_owned_lock = threading.Lock()
+
+# PR_SET_PDEATHSIG fires when the *thread* that forked the child exits. TFF
+# calls the executor stack function (where the guard starts its worker) on a
+# per-context event-loop thread and a session may be opened from any thread,
+# and the main thread cannot be made to run code on demand; so every fork
+# happens on one daemon thread of fedsim's that lives as long as the process.
+_fork_lock = threading.Lock()
+_fork_jobs: queue.SimpleQueue = queue.SimpleQueue()
+_fork_thread_pid = -1
+
+
+def _on_fork_thread(fn: Callable[[], Any]) -> Any:
+  """Returns `fn()` run on the fork thread; re-raises what it raises."""
+  global _fork_jobs, _fork_thread_pid
+  with _fork_lock:
+    if _fork_thread_pid != os.getpid():  # Not started yet, or we are an os.fork() child.
+      _fork_jobs = queue.SimpleQueue()
+      threading.Thread(target=_serve_forks, args=(_fork_jobs,), name="fedsim-fork",
+                       daemon=True).start()
+      _fork_thread_pid = os.getpid()
+    jobs = _fork_jobs
+  future = concurrent.futures.Future()
+  jobs.put((fn, future))
+  return future.result()
+
+
+def _serve_forks(jobs: queue.SimpleQueue) -> None:
+  while True:
+    fn, future = jobs.get()
+    try:
+      future.set_result(fn())
+    except BaseException as e:  # pylint: disable=broad-except
+      future.set_exception(e)
+
+
+def _die_with_parent(parent_pid: int) -> Callable[[], None]:
+  def preexec() -> None:
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # The parent died before prctl took hold.
+      os.kill(os.getpid(), signal.SIGKILL)
+  return preexec
+
+
+def _reserve_port() -> socket.socket:
+  """A bound, non-listening socket on the port the worker will listen on.
+
+  The worker binds with SO_REUSEPORT, so it would silently share a port that
+  another worker picked too; holding this socket (also SO_REUSEPORT) while the
+  worker lives keeps the port out of other free-port searches.
+  """
+  try:
+    sock, host = socket.socket(socket.AF_INET6, socket.SOCK_STREAM), "::"
+  except OSError:  # No IPv6: the worker listens on IPv4 only.
+    sock, host = socket.socket(socket.AF_INET, socket.SOCK_STREAM), "0.0.0.0"
+  sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+  sock.bind((host, 0))
+  return sock
+
+
+class Worker:
+  """One `worker_binary` child process owned by this process.
+
+  `log_path` receives the worker's stdout and stderr (appended);
+  `max_concurrent_computation_calls` <= 0 means no limit; `binary` replaces
+  TFF's bundled executable (tests use it to make a worker that fails).
+  """
+
+  def __init__(self, log_path: str, max_concurrent_computation_calls: int = -1,
+               *, binary: str | None = None):
+    self.log_path = str(log_path)
+    self._args = [
+        binary or os.path.join(os.path.dirname(tff.__file__), "data", "worker_binary"),
+        f"--max_concurrent_computation_calls={int(max_concurrent_computation_calls)}"]
+    self._process: subprocess.Popen | None = None
+    self._owner_pid = os.getpid()
+    self._port_socket: socket.socket | None = None
+    self._channel: grpc.Channel | None = None
+    self.stub = None  # A tff.framework.RemoteExecutorGrpcStub once started.
+
+  @property
+  def pid(self) -> int | None:
+    """The worker's process id (kept after it stops), or None before start."""
+    return self._process.pid if self._process else None
+
+  @property
+  def alive(self) -> bool:
+    return self._process is not None and self._process.poll() is None
+
+  def start(self) -> Worker:
+    """Starts the worker and returns self once its gRPC service answers.
+
+    Raises:
+      RunFailed: the worker could not be started, exited while starting, or
+        did not answer within 60 s; the message names the log file.
+    """
+    if self._process is not None:
+      raise RuntimeError("a Worker can be started only once")
+    self._port_socket = _reserve_port()
+    port = self._port_socket.getsockname()[1]
+    args = self._args + [f"--port={port}"]
+    with open(self.log_path, "ab") as log:
+      log.write(f"--- fedsim: {' '.join(args)}\n".encode())
+      log.flush()  # Before the worker appends to the same file.
+      try:
+        self._process = _on_fork_thread(lambda: subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent(os.getpid()),
+            # Its own process group: Ctrl-C in a terminal reaches fedsim, which
+            # then stops the worker, instead of killing the worker mid-call.
+            process_group=0))
+      except OSError as e:
+        self._port_socket.close()
+        raise RunFailed(f"cannot start TFF worker {args[0]}: {e}") from None
+    with _owned_lock:
+      _owned.add(self)
+    try:
+      deadline = time.monotonic() + _START_TIMEOUT_S
+      # A plain TCP probe first: after a refused connection gRPC backs off
+      # for a second or more, longer than the worker takes to listen.
+      while not _accepts(port):
+        self._check_starting(deadline)
+      self._channel = grpc.insecure_channel(f"localhost:{port}", _CHANNEL_OPTIONS)
+      self.stub = tff.framework.RemoteExecutorGrpcStub(self._channel)
+      while not self.stub.is_ready:
+        self._check_starting(deadline)
+    except BaseException:
+      self.stop()
+      raise
+    return self
+
+  def _check_starting(self, deadline: float) -> None:
+    time.sleep(_POLL_S)
+    code = self._process.poll()
+    if code is not None:
+      raise RunFailed(f"TFF worker process (pid {self.pid}) exited with code {code}"
+                      f" while starting; see {self.log_path}")
+    if time.monotonic() > deadline:
+      raise RunFailed(f"TFF worker process (pid {self.pid}) did not answer within"
+                      f" {_START_TIMEOUT_S:.0f} s; see {self.log_path}")
+
+  def stop(self) -> None:
+    """Kills and reaps the worker; safe to call again or before `start`."""
+    # SIGKILL, not a polite signal: the worker holds no state worth saving.
+    # A process forked from the owner must leave the owner's worker alone.
+    if self._process is not None and self._owner_pid == os.getpid():
+      if self._process.poll() is None:
+        self._process.kill()
+      self._process.wait()
+    for resource in (self._channel, self._port_socket):
+      if resource is not None:
+        resource.close()
+    self._channel = self._port_socket = None
+    with _owned_lock:
+      _owned.discard(self)
+
+  def check_alive(self, during: str) -> None:
+    """Raises RunFailed if the worker has died.
+
+    Args:
+      during: what was running, e.g. "round 3"; it completes the message
+        "TFF worker process (pid N) died during round 3; see LOG".
+    """
+    if self._process is None:
+      raise RuntimeError("check_alive() on a Worker that was never started")
+    if not self.alive:
+      raise RunFailed(f"TFF worker process (pid {self.pid}) died during {during};"
+                      f" see {self.log_path}")
+
+
+def _accepts(port: int) -> bool:
+  try:
+    socket.create_connection(("localhost", port), timeout=1.0).close()
+  except OSError:
+    return False
+  return True
+
+
+def _execution_context(stub_for_call: Callable[[], Any]):
+  """A synchronous TFF context whose executors talk to `stub_for_call()`."""
+
+  def executor_stack(cardinalities):
+    if cardinalities.get(tff.CLIENTS) is None:  # As TFF's own stack does.
+      cardinalities[tff.CLIENTS] = 0
+    executor = tff.framework.RemoteExecutor(stub_for_call())
+    executor.set_cardinalities(cardinalities)
+    return executor
+
+  return tff.framework.SyncExecutionContext(
+      tff.framework.ResourceManagingExecutorFactory(executor_stack),
+      compiler_fn=tff.backends.native.desugar_and_transform_to_native,
+      transform_args=tff.tensorflow.transform_args,
+      transform_result=tff.tensorflow.transform_result)
+
+
+_guard_lock = threading.Lock()
+_guard: Worker | None = None
+
+
+def guard_worker() -> Worker | None:
+  """The worker that runs computations made outside sessions, if started."""
+  return _guard
+
+
+def _guard_stub():
+  global _guard
+  with _guard_lock:
+    if _guard is None or not _guard.alive:
+      if _guard is not None:
+        _guard.stop()
+      _guard = Worker(os.path.join(tempfile.gettempdir(),
+                                   f"fedsim-worker-{os.getpid()}.log")).start()
+    return _guard.stub
+
+
+_GUARD_CONTEXT = _execution_context(_guard_stub)
+tff.framework.set_default_context(_GUARD_CONTEXT)
+_open_sessions = threading.local()  # Per thread, as TFF's context stack is.
+
+
+@contextlib.contextmanager
+def session(log_path: str, max_concurrent_computation_calls: int = -1) -> Iterator[Worker]:
+  """Runs the TFF computations of the `with` body on a fresh worker.
+
+  Yields the started Worker. On any exit the worker is stopped and the
+  previous default context comes back: the enclosing session's, or the guard.
+
+  Raises:
+    RunFailed: the worker could not be started (see `Worker.start`), or a
+      computation found it dead.
+  """
+  worker = Worker(log_path, max_concurrent_computation_calls).start()
+
+  def stub():
+    # TFF retries UNAVAILABLE forever, rebuilding the executor each time: a
+    # dead worker must end the call instead of hanging the run.
+    worker.check_alive("a TFF computation")
+    return worker.stub
+
+  context = _execution_context(stub)
+  stack = _open_sessions.__dict__.setdefault("contexts", [])
+  stack.append(context)
+  tff.framework.set_default_context(context)
+  finished = False
+  try:
+    yield worker
+    finished = True
+  finally:
+    stack.remove(context)
+    tff.framework.set_default_context(stack[-1] if stack else _GUARD_CONTEXT)
+    worker.stop()
+    if finished:
+      _retire(context)
+
+
+def _retire(context) -> None:
+  """Ends the event-loop thread of a context that no call can reach any more.
+
+  TFF's SyncExecutionContext starts a thread that only its `__del__` stops,
+  yet the thread keeps the context alive, so each session would leave one
+  behind. Done only after a clean exit, when no call is in flight.
+  """
+  runner = getattr(context, "_async_runner", None)
+  loop = getattr(runner, "_event_loop", None)
+  thread = getattr(runner, "_thread", None)
+  if loop is not None and thread is not None:  # Else a TFF with other internals.
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=5.0)
+
+
+def shutdown() -> None:
+  """Stops every worker this process started; registered to run at exit."""
+  with _owned_lock:
+    workers = list(_owned)
+  for worker in workers:
+    worker.stop()
+
+
+atexit.register(shutdown)
+
+
+def install_sigterm_handler() -> None:
+  """Turns SIGTERM into SystemExit(143), so `finally` blocks and atexit run.
+
+  Does nothing outside the main thread, where Python cannot set handlers.
+  """
+  if threading.current_thread() is not threading.main_thread():
+    return
+
+  def on_sigterm(signum, frame):
+    del frame
+    raise SystemExit(128 + signum)
+
+  signal.signal(signal.SIGTERM, on_sigterm)
