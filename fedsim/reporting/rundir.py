@@ -1,0 +1,124 @@
+"""The run directory: `<logdir>/<name>/<run>/` with config.yaml and status.
+
+A run directory is created once and never reused, so two runs can never mix
+their metrics; files inside it are replaced atomically (temp file +
+`os.replace`), so a killed run leaves either the old or the new content.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import time
+from typing import Any, Mapping
+
+import yaml
+
+from fedsim.errors import UserError
+
+STATUSES = ("running", "completed", "failed")
+_PROBE = ".write-probe"
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+  """Replaces the file at `path` with `text` in one step (temp file + rename).
+
+  Raises:
+    OSError: if the directory is not writable.
+  """
+  path = pathlib.Path(path)
+  tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+  try:
+    with open(tmp, "w", encoding="utf-8", newline="") as f:
+      f.write(text)
+    os.replace(tmp, path)
+  finally:
+    # Only left behind when the write or rename failed.
+    tmp.unlink(missing_ok=True)
+
+
+def _check_part(value: str, what: str) -> None:
+  # A separator or '..' would put the run outside <logdir>/<name>/.
+  if not value or value in (".", "..") or "/" in value or os.sep in value:
+    raise UserError(f"{what}: '{value}' is not a valid directory name")
+
+
+def create_run_dir(logdir: str | os.PathLike, name: str,
+                   run: str | None = None) -> pathlib.Path:
+  """Creates a new, empty run directory `<logdir>/<name>/<run>/`.
+
+  Args:
+    logdir: root of all experiments.
+    name: experiment name (one directory level).
+    run: run name; defaults to the local time as 'YYYYmmdd-HHMMSS'. If that
+      directory exists, '-1', '-2', ... is appended: an existing directory is
+      never reused or deleted.
+
+  Returns:
+    The path of the created directory.
+
+  Raises:
+    UserError: naming the path, if it cannot be created or is not writable.
+  """
+  _check_part(name, "experiment name")
+  if run is not None:
+    _check_part(run, "run name")
+  parent = pathlib.Path(logdir) / name
+  try:
+    parent.mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    raise UserError(f"cannot create log directory {parent}: {e.strerror or e}") from None
+  base = run if run is not None else time.strftime("%Y%m%d-%H%M%S")
+  suffix = 0
+  while True:
+    run_dir = parent / (base if suffix == 0 else f"{base}-{suffix}")
+    try:
+      # mkdir without exist_ok is the collision test, so two runs started in
+      # the same second cannot both claim one directory.
+      run_dir.mkdir()
+      break
+    except FileExistsError:
+      suffix += 1
+    except OSError as e:
+      raise UserError(f"cannot create run directory {run_dir}: {e.strerror or e}") from None
+  probe = run_dir / _PROBE
+  try:
+    probe.write_text("")
+    probe.unlink()
+  except OSError as e:
+    run_dir.rmdir()  # Created empty just above: nothing of the user's is lost.
+    raise UserError(f"run directory {run_dir} is not writable: {e.strerror or e}") from None
+  return run_dir
+
+
+def write_config(run_dir: str | os.PathLike, plain_config: Mapping[str, Any]) -> None:
+  """Writes `run_dir/config.yaml` (keys in the given order), atomically.
+
+  Raises:
+    OSError: if the file cannot be written.
+  """
+  text = yaml.safe_dump(dict(plain_config), sort_keys=False, allow_unicode=True)
+  write_text_atomic(pathlib.Path(run_dir) / "config.yaml", text)
+
+
+def write_status(run_dir: str | os.PathLike, status: str, message: str = "") -> None:
+  """Writes `run_dir/status`: the status on line 1, then `message` if any.
+
+  Raises:
+    ValueError: if `status` is not 'running', 'completed' or 'failed'.
+    OSError: if the file cannot be written.
+  """
+  if status not in STATUSES:
+    raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+  text = status + "\n" + (message.rstrip("\n") + "\n" if message else "")
+  write_text_atomic(pathlib.Path(run_dir) / "status", text)
+
+
+def read_status(run_dir: str | os.PathLike) -> tuple[str, str]:
+  """Returns (status, message) of a run; ('', '') if it has no status file."""
+  try:
+    text = (pathlib.Path(run_dir) / "status").read_text(encoding="utf-8")
+  except FileNotFoundError:
+    return "", ""
+  status, _, message = text.partition("\n")
+  return status, message.rstrip("\n")

@@ -1,0 +1,243 @@
+"""Where per-round metrics go: metrics.csv, TensorBoard scalars, or both.
+
+The run loop hands each sink one flat `{name: number}` dict per round.
+fedsim writes its own CSV rather than using `tff.program.CSVFileReleaseManager`
+because, in TFF 0.87, that manager sorts columns by name, keeps a torn last
+line as a row, and needs a ~10 s TensorFlow import to append a line of text;
+`tff.program.TensorBoardReleaseManager` is not used because its summary
+writer is private and never flushed, so per-round flushing would need its
+internals plus an event-loop adapter around what is one `tf.summary.scalar`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import numbers
+import os
+import pathlib
+from typing import Any, Iterable, Mapping, Protocol
+
+from fedsim.errors import UserError
+from fedsim.reporting.rundir import write_text_atomic
+
+ROUND = "round"
+
+
+class MetricsSink(Protocol):
+  """Receives one flat dict of metrics per round."""
+
+  def write(self, round_num: int, metrics: Mapping[str, float]) -> None:
+    ...
+
+  def close(self) -> None:
+    ...
+
+
+def load_tensorflow() -> Any:
+  """Returns the `tensorflow` module, imported quietly when fedsim can."""
+  try:
+    from fedsim.runtime.quiet import import_tensorflow  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    # Tolerated only while fedsim.runtime.quiet does not exist (yet).
+    if e.name not in ("fedsim.runtime", "fedsim.runtime.quiet", None):
+      raise
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    return tf
+  return import_tensorflow()
+
+
+def _read_table(path: pathlib.Path) -> tuple[list[str], list[list[str]], bool]:
+  """(header, rows, torn) of a CSV file; a torn last line is left out.
+
+  A line is complete only once its newline is written, so whatever follows
+  the last newline is what a kill mid-write left behind.
+  """
+  text = path.read_text(encoding="utf-8")
+  complete = text[:text.rfind("\n") + 1]
+  rows = list(csv.reader(io.StringIO(complete, newline="")))
+  if not rows:
+    return [], [], bool(text)
+  return rows[0], rows[1:], len(complete) != len(text)
+
+
+def _format_lines(rows: Iterable[list[str]]) -> str:
+  buffer = io.StringIO()
+  csv.writer(buffer, lineterminator="\n").writerows(rows)
+  return buffer.getvalue()
+
+
+def _cell(value: Any) -> str:
+  # repr(float) round-trips exactly; integers (counts, bits) stay integers.
+  if isinstance(value, numbers.Integral):
+    return str(int(value))
+  return repr(float(value))
+
+
+def _parse_cell(text: str) -> float:
+  try:
+    return int(text)
+  except ValueError:
+    return float(text)
+
+
+def _round_of(row: list[str], path: pathlib.Path) -> int:
+  try:
+    return int(row[0])
+  except (ValueError, IndexError):
+    raise UserError(f"{path}: bad '{ROUND}' cell {row[:1]!r}") from None
+
+
+class CsvSink:
+  """Writes `metrics.csv`: one row per round, column 'round' first.
+
+  Columns follow the order in which metric names are first seen; a name that
+  first appears later (eval metrics on eval rounds) adds a column, rewriting
+  the file atomically with empty cells where it was absent. Each row is
+  flushed as it is written, so a killed run keeps every completed round.
+  """
+
+  def __init__(self, path: str | os.PathLike, resume_after_round: int | None = None):
+    """Opens `path`, keeping the rows already in it (if any).
+
+    Args:
+      path: the CSV file; created at the first `write` if missing.
+      resume_after_round: if given, rows of later rounds are dropped (their
+        rounds will be run again after a checkpoint restore).
+
+    Raises:
+      UserError: if an existing file is not a fedsim metrics file.
+    """
+    self._path = pathlib.Path(path)
+    self._columns: list[str] = []
+    self._file = None
+    if self._path.exists():
+      header, rows, torn = _read_table(self._path)
+      if not header:
+        return
+      if header[0] != ROUND:
+        raise UserError(f"{self._path}: not a fedsim metrics file"
+                        f" (first column is not '{ROUND}')")
+      kept = rows
+      if resume_after_round is not None:
+        kept = [r for r in rows if _round_of(r, self._path) <= resume_after_round]
+      if torn or len(kept) != len(rows):
+        write_text_atomic(self._path, _format_lines([header, *kept]))
+      self._columns = header
+      self._file = open(self._path, "a", encoding="utf-8", newline="")
+
+  @property
+  def path(self) -> pathlib.Path:
+    return self._path
+
+  def write(self, round_num: int, metrics: Mapping[str, float]) -> None:
+    """Appends the row of `round_num`.
+
+    Raises:
+      ValueError: if `metrics['round']` disagrees with `round_num`, or a value
+        is not a number.
+    """
+    if ROUND in metrics and metrics[ROUND] != round_num:
+      raise ValueError(f"metrics['{ROUND}'] = {metrics[ROUND]} but round_num = {round_num}")
+    row = {ROUND: _cell(round_num)}
+    row.update((k, _cell(v)) for k, v in metrics.items() if k != ROUND)
+    new = [k for k in row if k not in self._columns]
+    if self._file is None or new:
+      self._rewrite(new, row)
+    else:
+      self._file.write(_format_lines([[row.get(c, "") for c in self._columns]]))
+      self._file.flush()
+
+  def _rewrite(self, new_columns: list[str], row: Mapping[str, str]) -> None:
+    """Rewrites the whole file with the widened header, then `row`."""
+    old = []
+    if self._columns:
+      _, old, _ = _read_table(self._path)
+      self.close()
+    self._columns = self._columns + new_columns
+    width = len(self._columns)
+    lines = [self._columns]
+    lines += [r + [""] * (width - len(r)) for r in old]
+    lines.append([row.get(c, "") for c in self._columns])
+    write_text_atomic(self._path, _format_lines(lines))
+    self._file = open(self._path, "a", encoding="utf-8", newline="")
+
+  def close(self) -> None:
+    if self._file is not None:
+      self._file.close()
+      self._file = None
+
+
+def read_metrics_csv(path: str | os.PathLike) -> list[dict[str, float]]:
+  """Returns the rows of a metrics.csv, one dict per round.
+
+  Empty cells are absent keys; integer cells (round, counts) are ints. A torn
+  last line (a run killed mid-write) is ignored.
+
+  Raises:
+    UserError: naming the file, if it is missing, unreadable or malformed.
+  """
+  path = pathlib.Path(path)
+  try:
+    header, rows, _ = _read_table(path)
+  except OSError as e:
+    raise UserError(f"cannot read metrics file {path}: {e.strerror or e}") from None
+  if header[:1] != [ROUND]:
+    raise UserError(f"{path}: not a fedsim metrics file (first column is not '{ROUND}')")
+  out = []
+  for line_num, row in enumerate(rows, start=2):
+    if len(row) > len(header):
+      raise UserError(f"{path}:{line_num}: {len(row)} cells but {len(header)} columns")
+    try:
+      out.append({k: _parse_cell(v) for k, v in zip(header, row) if v != ""})
+    except ValueError:
+      raise UserError(f"{path}:{line_num}: a cell is not a number") from None
+  return out
+
+
+class TensorBoardSink:
+  """TensorBoard scalars under the exact metric names, step = round."""
+
+  def __init__(self, log_dir: str | os.PathLike):
+    """Opens a summary writer in `log_dir` (imports TensorFlow, ~10 s once)."""
+    self._tf = load_tensorflow()
+    self._writer = self._tf.summary.create_file_writer(os.fspath(log_dir))
+
+  def write(self, round_num: int, metrics: Mapping[str, float]) -> None:
+    """Writes one scalar per metric at step `round_num` and flushes."""
+    with self._writer.as_default(step=int(round_num)):
+      for name, value in metrics.items():
+        if name != ROUND:  # It is the step already.
+          self._tf.summary.scalar(name, float(value))
+    self._writer.flush()
+
+  def close(self) -> None:
+    self._writer.close()
+
+
+class CompositeSink:
+  """Hands every round to each of several sinks, in order."""
+
+  def __init__(self, sinks: Iterable[MetricsSink]):
+    self._sinks = list(sinks)
+
+  def write(self, round_num: int, metrics: Mapping[str, float]) -> None:
+    for sink in self._sinks:
+      sink.write(round_num, metrics)
+
+  def close(self) -> None:
+    """Closes every sink, even if one fails; then re-raises the first error."""
+    error = None
+    for sink in self._sinks:
+      try:
+        sink.close()
+      except Exception as e:  # pylint: disable=broad-except
+        error = error or e
+    if error is not None:
+      raise error
+
+  def __enter__(self) -> CompositeSink:
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    self.close()
