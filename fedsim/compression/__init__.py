@@ -1,0 +1,187 @@
+"""Lossy compression of what crosses the wire, per direction.
+
+Config:
+
+  compression:
+    broadcast:   {encoder: uniform, bits: 8, min_elements: 10000}  # server -> clients
+    aggregation: {encoder: hadamard, bits: 4}                       # clients -> server
+
+A missing direction sends float tensors unchanged. Within a direction, a
+tensor with fewer than `min_elements` elements, or one that is not floating
+point, is sent unchanged too: small tensors (biases) gain little and are the
+most sensitive to error.
+
+This module only registers encoders and parses config; TensorFlow is imported
+by the builders, when a process is built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Literal, Mapping
+
+from fedsim.config.typed import Component, bounded, parse
+from fedsim.errors import UserError
+from fedsim.registry import NoParams, Registry, closest
+
+ENCODERS = Registry("encoder")
+
+_DIRECTIONS = ("broadcast", "aggregation")
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantizationParams:
+  """Uniform quantization to `bits` bits per element, then bit packing.
+
+  `stochastic` rounding (up with probability equal to the remainder) is
+  unbiased, which is what a mean over clients wants; its error per element is
+  below one step (max - min) / (2**bits - 1). `deterministic` rounds to the
+  nearest level: at most half a step, but biased.
+  """
+
+  bits: int = bounded(8, min=1, max=16)
+  rounding: Literal["stochastic", "deterministic"] = "stochastic"
+
+
+@ENCODERS.register("identity")
+def _identity(params: NoParams) -> Any:
+  """Sends tensors unchanged (32 bits per float32 element)."""
+  del params
+  from fedsim.compression import tensor_encoding_api as te_api
+  return te_api.identity_encoder()
+
+
+@ENCODERS.register("uniform", params=QuantizationParams)
+def _uniform(params: QuantizationParams) -> Any:
+  """Uniform quantization between the tensor's min and max, bit-packed."""
+  from fedsim.compression import tensor_encoding_api as te_api
+  return te_api.quantization_encoder(
+      params.bits, params.rounding == "stochastic", rotate=False)
+
+
+@ENCODERS.register("hadamard", params=QuantizationParams)
+def _hadamard(params: QuantizationParams) -> Any:
+  """Randomized Hadamard rotation (pads to a power of two), then uniform quantization."""
+  from fedsim.compression import tensor_encoding_api as te_api
+  return te_api.quantization_encoder(
+      params.bits, params.rounding == "stochastic", rotate=True)
+
+
+def register_encoder(name: str, params: type = NoParams) -> Callable:
+  """Decorator that adds a user encoder, selectable as `encoder: NAME` in config.
+
+  The decorated function receives the parsed `params` dataclass (built from the
+  direction's remaining config keys) and returns either a tensor_encoding
+  `Encoder` or a single encoding stage. It is called once per tensor that the
+  policy encodes. Import TensorFlow inside the function, not at module level.
+
+  Example (round-to-nearest quantization, a fixed 4 bits by default):
+
+    @dataclasses.dataclass(frozen=True)
+    class NearestParams:
+      bits: int = 4
+
+    @register_encoder("uniform_nearest", params=NearestParams)
+    def uniform_nearest(params):
+      from fedsim.compression import tensor_encoding_api as te
+      return te.chain(
+          te.stages.FlattenEncodingStage(),
+          te.stages.UniformQuantizationEncodingStage(params.bits, stochastic=False),
+          te.stages.BitpackingEncodingStage(params.bits))
+
+  and in the config: `aggregation: {encoder: uniform_nearest, bits: 4}`.
+
+  Returns:
+    The decorator; it returns the function unchanged.
+
+  Raises:
+    TypeError: if `params` is not a dataclass.
+    ValueError: if another function is already registered under `name`.
+  """
+  return ENCODERS.register(name, params=params)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Threshold:
+  min_elements: int = bounded(10000, min=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class DirectionSpec:
+  """How one direction is compressed: the encoder and which tensors it applies to."""
+
+  encoder: Component
+  min_elements: int = 10000
+
+  def to_dict(self) -> dict[str, Any]:
+    """The config mapping this spec was parsed from (defaults filled in)."""
+    return {"encoder": self.encoder.name, "min_elements": self.min_elements,
+            **dataclasses.asdict(self.encoder.params)}
+
+
+@dataclasses.dataclass(frozen=True)
+class CompressionSpec:
+  """Compression per direction; None means tensors are sent unchanged that way."""
+
+  broadcast: DirectionSpec | None = None
+  aggregation: DirectionSpec | None = None
+
+  def to_dict(self) -> dict[str, Any]:
+    return {name: getattr(self, name).to_dict()
+            for name in _DIRECTIONS if getattr(self, name) is not None}
+
+
+def _require_mapping(data: Any, key: str) -> Mapping[str, Any]:
+  if not isinstance(data, Mapping):
+    raise UserError(f"{key}: expected a mapping of keys, got {data!r:.40}")
+  return data
+
+
+def parse_direction(data: Any, key: str) -> DirectionSpec:
+  """Parses `{encoder: NAME, min_elements: N, **encoder params}` (or just `NAME`).
+
+  Returns:
+    The DirectionSpec.
+
+  Raises:
+    UserError: naming the key under `key` that is missing, unknown or out of
+      bounds (e.g. 'compression.broadcast.bits: must be <= 16, got 32'), or an
+      unknown encoder name with the closest registered one.
+  """
+  if isinstance(data, str):
+    data = {"encoder": data}
+  data = _require_mapping(data, key)
+  if "encoder" not in data:
+    raise UserError(f"{key}.encoder: missing required key"
+                    f" (one of: {', '.join(ENCODERS.names())})")
+  entry = ENCODERS.get(data["encoder"], f"{key}.encoder")
+  own = {f.name for f in dataclasses.fields(entry.params)}
+  valid = own | {"encoder", "min_elements"}
+  for name in data:
+    if name not in valid:
+      raise UserError(f"{key}.{name}: unknown key for encoder '{entry.name}'"
+                      f"{closest(name, valid)}; valid keys here: {', '.join(sorted(valid))}")
+  threshold = parse(_Threshold, {k: v for k, v in data.items() if k == "min_elements"}, key)
+  params = parse(entry.params, {k: v for k, v in data.items() if k in own}, key)
+  return DirectionSpec(Component(entry.name, params), threshold.min_elements)
+
+
+def parse_compression(data: Any, key: str = "compression") -> CompressionSpec:
+  """Parses the `compression` section; absent or null means no compression.
+
+  Returns:
+    The CompressionSpec.
+
+  Raises:
+    UserError: naming the offending key, as `parse_direction` does.
+  """
+  if data is None:
+    return CompressionSpec()
+  data = _require_mapping(data, key)
+  for name in data:
+    if name not in _DIRECTIONS:
+      raise UserError(f"{key}.{name}: unknown key{closest(name, _DIRECTIONS)};"
+                      f" valid keys here: {', '.join(_DIRECTIONS)}")
+  return CompressionSpec(**{
+      name: parse_direction(data[name], f"{key}.{name}")
+      for name in _DIRECTIONS if data.get(name) is not None})

@@ -1,0 +1,51 @@
+"""Which encoder each tensor of a value gets.
+
+A direction's encoder applies to floating-point tensors with at least
+`min_elements` elements; every other tensor gets the identity encoder, since
+quantizing a small tensor saves few bits and its error weighs more per
+parameter, and the quantizers only handle floats.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from fedsim.compression import ENCODERS, DirectionSpec
+from fedsim.compression import tensor_encoding_api as te_api
+
+
+def is_encoded(spec: tf.TensorSpec, min_elements: int) -> bool:
+  """True if a tensor of `spec` gets the direction's encoder, False for identity.
+
+  Raises:
+    ValueError: if the shape of `spec` is not fully known (its size, and so
+      the choice, would depend on the value).
+  """
+  if not spec.shape.is_fully_defined():
+    raise ValueError(f"cannot choose an encoder for a tensor of unknown shape {spec.shape}")
+  return spec.dtype.is_floating and int(np.prod(spec.shape.as_list())) >= min_elements
+
+
+def encoder_for(spec: tf.TensorSpec, direction: DirectionSpec | None) -> te_api.Encoder:
+  """The tensor_encoding `Encoder` for a tensor of `spec` in `direction`.
+
+  `direction` None means no compression: the identity encoder.
+
+  Raises:
+    ValueError: as `is_encoded`.
+    TypeError: if a registered encoder builder returns neither an Encoder nor
+      an encoding stage.
+  """
+  if direction is None or not is_encoded(spec, direction.min_elements):
+    return te_api.identity_encoder()
+  entry = ENCODERS.get(direction.encoder.name)
+  return te_api.as_encoder(entry.build(direction.encoder.params))
+
+
+def tensor_specs(value_type: tff.Type) -> Any:
+  """The nested `tf.TensorSpec`s of an unplaced TFF type, in its Python containers."""
+  return tff.types.type_to_tf_tensor_specs(value_type)

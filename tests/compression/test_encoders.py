@@ -1,0 +1,149 @@
+"""Per-tensor encoder policy and encode -> decode round trips, in eager TensorFlow.
+
+No TFF computation runs here, so no TFF worker process is started.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from fedsim.compression import parse_direction
+from fedsim.compression import tensor_encoding_api as te_api
+from fedsim.compression.encoders import encoder_for, is_encoded
+
+UNIFORM8 = parse_direction({"encoder": "uniform", "bits": 8}, "compression.broadcast")
+
+
+def _round_trip(values: np.ndarray, direction) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+  spec = tf.TensorSpec(values.shape, tf.as_dtype(values.dtype))
+  encoder = te_api.simple_encoder(encoder_for(spec, direction), spec)
+  encoded, _ = encoder.encode(tf.constant(values))
+  return encoder.decode(encoded).numpy(), {k: v.numpy() for k, v in encoded.items()}
+
+
+@pytest.mark.parametrize("shape, dtype, min_elements, expected", [
+    ([200, 100], tf.float32, 10000, True),
+    ([100], tf.float32, 10000, False),
+    ([100, 100], tf.float32, 10000, True),   # exactly min_elements: encoded
+    ([9999], tf.float32, 10000, False),
+    ([200, 100], tf.int32, 10000, False),    # quantizers only take floats
+    ([20000], tf.float64, 10000, True),
+    ([], tf.float32, 1, True),               # a scalar has one element
+    ([], tf.float32, 2, False),
+])
+def test_policy_encodes_large_float_tensors_only(shape, dtype, min_elements, expected):
+  assert is_encoded(tf.TensorSpec(shape, dtype), min_elements) is expected
+
+
+def test_policy_rejects_unknown_shapes():
+  with pytest.raises(ValueError, match="unknown shape"):
+    is_encoded(tf.TensorSpec([None, 10], tf.float32), 10)
+
+
+@pytest.mark.parametrize("shape, expected_keys", [
+    ([200, 100], {"encoded_tensors/flattened_values/min_max",
+                  "encoded_tensors/flattened_values/quantized_values/bitpacked_values"}),
+    ([100], {"encoded_tensors/identity_values"}),
+])
+def test_small_tensors_are_sent_unchanged(shape, expected_keys):
+  values = np.random.default_rng(0).normal(size=shape).astype(np.float32)
+  decoded, encoded = _round_trip(values, UNIFORM8)
+  assert set(encoded) == expected_keys
+  if len(shape) == 1:
+    np.testing.assert_array_equal(decoded, values)
+
+
+@pytest.mark.parametrize("direction", [None, parse_direction("identity", "c.b")])
+def test_identity_is_exact(direction):
+  values = np.random.default_rng(1).normal(size=[200, 100]).astype(np.float32)
+  decoded, encoded = _round_trip(values, direction)
+  assert list(encoded) == ["encoded_tensors/identity_values"]
+  np.testing.assert_array_equal(decoded, values)
+
+
+def _reference_levels(values: np.ndarray, bits: int) -> tuple[np.ndarray, float, float]:
+  """NumPy quantizer: each value's position on the 2**bits - 1 steps between min and max."""
+  low, high = values.min(), values.max()
+  scaled = (values - low) / (high - low) * np.float32(2**bits - 1)
+  return scaled.astype(np.float32), float(low), float(high)
+
+
+def _float32_slack(values: np.ndarray) -> float:
+  """Rounding error of decoding in float32: a few ulps of the largest magnitude."""
+  return 4 * np.finfo(np.float32).eps * float(np.abs(values).max())
+
+
+def test_uniform_deterministic_matches_numpy_nearest_level():
+  values = np.random.default_rng(2).normal(size=[200, 100]).astype(np.float32)
+  direction = parse_direction({"encoder": "uniform", "bits": 8, "rounding": "deterministic"},
+                              "c.a")
+  decoded, encoded = _round_trip(values, direction)
+  scaled, low, high = _reference_levels(values, 8)
+  reference = np.round(scaled) / 255 * (high - low) + low
+  step = (high - low) / 255
+  slack = _float32_slack(values)
+  np.testing.assert_allclose(decoded, reference, rtol=0, atol=slack)
+  assert np.abs(decoded - values).max() <= step / 2 + slack
+  assert encoded["encoded_tensors/flattened_values/quantized_values/bitpacked_values"].shape \
+      == (5715, 1)   # ceil(20000 * 8 / 28) int32s
+  np.testing.assert_array_equal(encoded["encoded_tensors/flattened_values/min_max"], [low, high])
+
+
+def test_uniform_stochastic_lands_on_a_neighbouring_level():
+  # tensor_encoding's default: round up with probability equal to the remainder,
+  # so the error is below one step (max - min) / 255, and unbiased.
+  values = np.random.default_rng(3).normal(size=[200, 100]).astype(np.float32)
+  decoded, _ = _round_trip(values, UNIFORM8)
+  scaled, low, high = _reference_levels(values, 8)
+  step = (high - low) / 255
+  floor = np.floor(scaled) * step + low
+  ceil = np.ceil(scaled) * step + low
+  slack = _float32_slack(values)
+  off_level = np.minimum(np.abs(decoded - floor), np.abs(decoded - ceil))
+  assert off_level.max() <= slack
+  assert np.abs(decoded - values).max() < step + slack
+  # Both neighbours occur: the rounding really is randomized.
+  assert 0.3 < np.mean(np.abs(decoded - ceil) <= slack) < 0.7
+
+
+@pytest.mark.parametrize("bits, packed_int32s", [
+    (1, 715), (2, 1429), (4, 2858), (7, 5000), (8, 5715), (12, 8572), (16, 11429),
+])
+def test_packing_uses_28_bits_of_each_int32(bits, packed_int32s):
+  values = np.random.default_rng(bits).normal(size=[20000]).astype(np.float32)
+  direction = parse_direction({"encoder": "uniform", "bits": bits}, "c.a")
+  decoded, encoded = _round_trip(values, direction)
+  packed = encoded["encoded_tensors/flattened_values/quantized_values/bitpacked_values"]
+  assert packed.shape == (packed_int32s, 1)   # ceil(20000 * bits / 28)
+  assert np.abs(decoded - values).max() < np.ptp(values) / (2**bits - 1) + _float32_slack(values)
+
+
+def test_hadamard_pads_to_a_power_of_two_and_bounds_the_l2_error():
+  values = np.random.default_rng(4).normal(size=[200, 100]).astype(np.float32)
+  direction = parse_direction({"encoder": "hadamard", "bits": 8}, "c.b")
+  decoded, encoded = _round_trip(values, direction)
+  packed = [v for k, v in encoded.items() if k.endswith("bitpacked_values")]
+  assert packed[0].shape == (9363, 1)   # 20000 -> 32768 elements; ceil(32768 * 8 / 28)
+  low, high = [v for k, v in encoded.items() if k.endswith("min_max")][0]
+  # The rotation is orthonormal, so the L2 error equals that of quantizing the
+  # 32768 rotated values, each off by less than one step.
+  step = (high - low) / 255
+  assert decoded.shape == values.shape
+  assert np.linalg.norm(decoded - values) < np.sqrt(32768) * step
+  assert np.abs(decoded - values).max() < 0.1 * np.abs(values).max()
+
+
+def test_builder_returning_something_else_is_a_type_error():
+  with pytest.raises(TypeError, match="must return a tensor_encoding Encoder or encoding stage"):
+    te_api.as_encoder("uniform")
+
+
+def test_chain_needs_one_compressible_output_per_parent():
+  with pytest.raises(ValueError, match="stage 'bitpacking'"):
+    te_api.chain(te_api.stages.BitpackingEncodingStage(8), te_api.stages.FlattenEncodingStage())
