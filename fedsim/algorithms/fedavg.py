@@ -1,0 +1,46 @@
+"""Federated averaging (McMahan et al. 2017, "Communication-Efficient Learning
+of Deep Networks from Decentralized Data"), with server optimizers as in
+Reddi et al. 2021 ("Adaptive Federated Optimization").
+
+Each sampled client i starts from the global model w and runs local training
+(E epochs or a fixed number of steps) to w_i. With client weights n_i (its
+examples processed, or 1 for uniform weighting) the server forms
+    Delta = sum_i n_i (w - w_i) / sum_i n_i,    w <- ServerOpt(w, Delta),
+which for server SGD with learning rate 1 is the weighted mean of the w_i.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from fedsim.algorithms import ALGORITHMS, ClientPlan, FederatedAlgorithm, Task
+from fedsim.config.typed import Component, bounded, component
+from fedsim.learning.optimizers import OPTIMIZERS
+
+
+@dataclasses.dataclass(frozen=True)
+class FedAvgParams:
+  client_optimizer: Component = component(OPTIMIZERS, {"name": "sgd", "learning_rate": 0.1})
+  server_optimizer: Component = component(OPTIMIZERS, {"name": "sgd", "learning_rate": 1.0})
+  local_steps: int | None = bounded(None, min=1)  # overrides data.epochs when set
+  client_weighting: Literal["num_examples", "uniform"] = "num_examples"
+  gradient_accumulation_steps: int = bounded(1, min=1)
+  average_accumulated_gradients: bool = True
+
+
+@ALGORITHMS.register("fedavg", params=FedAvgParams)
+def build_fedavg(params: FedAvgParams, task: Task) -> FederatedAlgorithm:
+  """Federated averaging with client and server optimizers."""
+  from fedsim.learning import stages
+  client_work = stages.model_delta_client_work(
+      task, OPTIMIZERS.get(params.client_optimizer.name).build(params.client_optimizer.params),
+      uniform_weighting=params.client_weighting == "uniform",
+      accumulation_steps=params.gradient_accumulation_steps,
+      average_accumulated=params.average_accumulated_gradients)
+  return stages.compose_model_update_algorithm(
+      task, client_work,
+      server_optimizer=OPTIMIZERS.get(params.server_optimizer.name).build(
+          params.server_optimizer.params),
+      weighted=params.client_weighting == "num_examples",
+      client_plan=ClientPlan(epochs=task.epochs, steps=params.local_steps))

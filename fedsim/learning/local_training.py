@@ -1,0 +1,161 @@
+"""Local training of one client over packed batches (pure TensorFlow).
+
+Client data arrives as dense tensors `x [steps, batch, ...]`, `y [steps,
+batch]`, `mask [steps, batch]` rather than a tf.data pipeline: handing a
+dataset to a function costs a fixed 8-30 ms per client on this stack, which
+dominated round time. Padding rows carry mask 0 and add nothing to the loss;
+a batch with no real example is skipped entirely (no optimizer step).
+
+Gradient accumulation: the gradients of `accumulation_steps` consecutive
+batches are summed, or averaged, and applied in one optimizer step. When that
+number does not divide the number of batches, the remainder is applied at the
+end of local training.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import tensorflow as tf
+
+Weights = Any  # a tuple of tensors (the trainable model weights)
+
+
+class BatchStats(NamedTuple):
+  """Sums over the real examples seen in training (at the pre-step weights)."""
+
+  loss_sum: tf.Tensor
+  correct: tf.Tensor
+  num_examples: tf.Tensor
+
+
+def batch_loss(predict: Callable, weights: Weights, x, y, mask):
+  """Mean cross-entropy over the real examples of one batch, and its stats.
+
+  Logits may carry extra positions (sequence models: [batch, time, classes]);
+  each example's loss is then the mean over its positions.
+  """
+  logits = predict(weights, x)
+  per_position = tf.nn.sparse_softmax_cross_entropy_with_logits(
+      labels=tf.cast(y, tf.int32), logits=logits)
+  correct_positions = tf.cast(
+      tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), tf.cast(y, tf.int32)),
+      tf.float32)
+  extra_axes = list(range(1, len(per_position.shape)))
+  if extra_axes:
+    per_example = tf.reduce_mean(per_position, axis=extra_axes)
+    correct = tf.reduce_mean(correct_positions, axis=extra_axes)
+  else:
+    per_example, correct = per_position, correct_positions
+  count = tf.reduce_sum(mask)
+  loss_sum = tf.reduce_sum(per_example * mask)
+  stats = BatchStats(loss_sum, tf.reduce_sum(correct * mask), count)
+  return loss_sum / tf.maximum(count, 1.0), stats
+
+
+def zero_stats() -> BatchStats:
+  return BatchStats(tf.constant(0.0), tf.constant(0.0), tf.constant(0.0))
+
+
+def add_stats(a: BatchStats, b: BatchStats) -> BatchStats:
+  return BatchStats(*(u + v for u, v in zip(a, b)))
+
+
+def batch_gradient(predict, weights, x, y, mask, extra_gradient=None):
+  """Gradient of the batch's mean loss w.r.t. `weights` (+ `extra_gradient(weights)`)."""
+  with tf.GradientTape() as tape:
+    tape.watch(weights)
+    loss, stats = batch_loss(predict, weights, x, y, mask)
+  grads = tape.gradient(loss, weights)
+  grads = tuple(tf.zeros_like(w) if g is None else g for g, w in zip(grads, weights))
+  if extra_gradient is not None:
+    grads = tuple(g + e for g, e in zip(grads, extra_gradient(weights)))
+  return grads, stats
+
+
+def train(predict: Callable, optimizer, weights: Weights, optimizer_state, batches,
+          accumulation_steps: int = 1, average_accumulated: bool = True,
+          extra_gradient: Callable | None = None):
+  """Runs local training over every batch in `batches`.
+
+  Args:
+    predict: `(weights, x) -> logits`.
+    optimizer: a `tff.learning.optimizers.Optimizer`.
+    weights: tuple of float tensors, the starting trainable weights.
+    optimizer_state: the optimizer's state (from `optimizer.initialize`).
+    batches: a mapping with `x`, `y`, `mask` tensors with a leading step axis.
+    accumulation_steps: batches whose gradients make one optimizer step.
+    average_accumulated: average (True) or sum (False) accumulated gradients.
+    extra_gradient: optional `weights -> gradient` added to every batch
+      gradient (e.g. elastic averaging's pull toward the center model).
+
+  Returns:
+    `(weights, optimizer_state, BatchStats)` after the last step.
+  """
+  weights = tuple(weights)
+  num_steps = tf.shape(batches["mask"])[0]
+  k = tf.constant(accumulation_steps)
+  zeros = tuple(tf.zeros_like(w) for w in weights)
+
+  def step(i, weights, opt_state, acc, acc_count, stats):
+    x, y, mask = batches["x"][i], batches["y"][i], batches["mask"][i]
+    has_examples = tf.reduce_sum(mask) > 0
+
+    def accumulate():
+      grads, batch_stats = batch_gradient(predict, weights, x, y, mask, extra_gradient)
+      return (tuple(a + g for a, g in zip(acc, grads)), acc_count + 1.0,
+              add_stats(stats, batch_stats))
+
+    acc, acc_count, stats = tf.cond(
+        has_examples, accumulate, lambda: (acc, acc_count, stats))
+    apply_now = tf.logical_and(
+        tf.logical_or(tf.equal((i + 1) % k, 0), tf.equal(i, num_steps - 1)),
+        acc_count > 0)
+
+    def apply():
+      scale = 1.0 / acc_count if average_accumulated else 1.0
+      grads = tuple(a * scale for a in acc)
+      new_state, new_weights = optimizer.next(opt_state, weights, grads)
+      return tuple(new_weights), new_state, zeros, tf.constant(0.0)
+
+    weights, opt_state, acc, acc_count = tf.cond(
+        apply_now, apply, lambda: (weights, opt_state, acc, acc_count))
+    return i + 1, weights, opt_state, acc, acc_count, stats
+
+  _, weights, optimizer_state, _, _, stats = tf.while_loop(
+      lambda i, *_: i < num_steps, step,
+      (tf.constant(0), weights, optimizer_state, zeros, tf.constant(0.0), zero_stats()))
+  return weights, optimizer_state, stats
+
+
+def gradient(predict: Callable, weights: Weights, batches):
+  """Example-weighted mean gradient over all batches, and the stats (FedSGD)."""
+  weights = tuple(weights)
+  num_steps = tf.shape(batches["mask"])[0]
+
+  def step(i, acc, stats):
+    mask = batches["mask"][i]
+    grads, batch_stats = batch_gradient(
+        predict, weights, batches["x"][i], batches["y"][i], mask)
+    count = tf.reduce_sum(mask)
+    return i + 1, tuple(a + g * count for a, g in zip(acc, grads)), add_stats(stats, batch_stats)
+
+  _, acc, stats = tf.while_loop(
+      lambda i, *_: i < num_steps, step,
+      (tf.constant(0), tuple(tf.zeros_like(w) for w in weights), zero_stats()))
+  total = tf.maximum(stats.num_examples, 1.0)
+  return tuple(a / total for a in acc), stats
+
+
+def evaluate(predict: Callable, weights: Weights, batches) -> BatchStats:
+  """Loss and accuracy sums of `weights` over all batches (no training)."""
+  weights = tuple(weights)
+  num_steps = tf.shape(batches["mask"])[0]
+
+  def step(i, stats):
+    _, batch_stats = batch_loss(
+        predict, weights, batches["x"][i], batches["y"][i], batches["mask"][i])
+    return i + 1, add_stats(stats, batch_stats)
+
+  _, stats = tf.while_loop(lambda i, *_: i < num_steps, step, (tf.constant(0), zero_stats()))
+  return stats

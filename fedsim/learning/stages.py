@@ -1,0 +1,96 @@
+"""Stage builders shared by the algorithms: distributors, client work,
+aggregators and finalizers, assembled from `fedsim.learning` pieces.
+Compression plugs in here, as the distributor and the aggregation factory."""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from fedsim.algorithms import FederatedAlgorithm
+from fedsim.learning import client_work, composer, local_training
+
+
+def initial_weights_computation(task) -> tff.Computation:
+  initial = task.model.initial_weights
+
+  @tff.tensorflow.computation
+  def initial_weights():
+    return tff.learning.models.ModelWeights(
+        trainable=tuple(tf.constant(w) for w in initial.trainable), non_trainable=())
+
+  return initial_weights
+
+
+def distributor(task) -> tff.templates.MeasuredProcess:
+  """Plain broadcast, or the encoded broadcast of `task.compression.broadcast`."""
+  spec = getattr(task.compression, "broadcast", None)
+  if spec is None:
+    return tff.learning.templates.build_broadcast_process(task.model.weights_type)
+  from fedsim.compression import broadcast
+  return broadcast.build_encoded_broadcast(task.model.weights_type, spec)
+
+
+def mean_aggregator(task, update_type, weighted: bool) -> tff.templates.AggregationProcess:
+  """(Weighted) mean of client updates, encoded per `task.compression.aggregation`."""
+  spec = getattr(task.compression, "aggregation", None)
+  if spec is None:
+    factory = tff.aggregators.MeanFactory() if weighted else tff.aggregators.UnweightedMeanFactory()
+  else:
+    from fedsim.compression import mean
+    factory = mean.build_encoded_mean(spec, weighted=weighted)
+  if weighted:
+    return factory.create(update_type, tff.TensorType(np.float32))
+  return factory.create(update_type)
+
+
+def model_delta_client_work(task, optimizer, uniform_weighting: bool,
+                            accumulation_steps: int = 1, average_accumulated: bool = True):
+  """Client work that trains locally and sends `initial - trained` weights."""
+  predict = task.model.predict
+  trainable_specs = tuple(
+      tf.TensorSpec(w.shape, w.dtype) for w in task.model.initial_weights.trainable)
+
+  def update_fn(model_weights, batches):
+    start = tuple(model_weights.trainable)
+    trained, _, stats = local_training.train(
+        predict, optimizer, start, optimizer.initialize(trainable_specs), batches,
+        accumulation_steps=accumulation_steps, average_accumulated=average_accumulated)
+    delta = tuple(s - t for s, t in zip(start, trained))
+    weight = tf.constant(1.0) if uniform_weighting else stats.num_examples
+    return delta, weight, stats
+
+  data_type = task.model.client_data_type(task.batch_size)
+  return client_work.build_client_work(task.model.weights_type, data_type, update_fn)
+
+
+def compose_model_update_algorithm(task, work: client_work.ClientWork, server_optimizer,
+                                   weighted: bool, client_plan) -> FederatedAlgorithm:
+  """distributor -> `work` -> mean of updates -> server optimizer step."""
+  update_type = work.process.next.type_signature.result.result.member.update
+  if weighted:
+    aggregator = mean_aggregator(task, update_type, weighted=True)
+  else:
+    aggregator = _drop_weight(mean_aggregator(task, update_type, weighted=False))
+  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
+      server_optimizer, task.model.weights_type)
+  process = composer.compose(
+      initial_weights_computation(task), distributor(task), work.process, aggregator, finalizer)
+  extras = [work.metrics_type] + ([work.weight_type] if weighted else [])
+  return FederatedAlgorithm(process=process, client_plan=client_plan,
+                            upload_extras_types=tuple(extras))
+
+
+def _drop_weight(unweighted: tff.templates.AggregationProcess) -> tff.templates.AggregationProcess:
+  """Gives an unweighted aggregation the (state, value, weight) signature."""
+  value_type = unweighted.next.type_signature.parameter[1]
+
+  @tff.federated_computation(
+      unweighted.next.type_signature.parameter[0], value_type,
+      tff.FederatedType(np.float32, tff.CLIENTS))
+  def next_fn(state, value, weight):
+    del weight
+    return unweighted.next(state, value)
+
+  return tff.templates.AggregationProcess(unweighted.initialize, next_fn)

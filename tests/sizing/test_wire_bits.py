@@ -1,0 +1,72 @@
+"""Communication sizes read from the compiled process."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fedsim.compression import parse_compression
+from fedsim.sizing import ClientWireBits, SizeInfo
+from fedsim.sizing.mapreduce_form import client_wire_bits
+from tests.learning import builders
+
+METRICS_BITS = 3 * 32  # loss sum, correct predictions, examples (float32 each)
+WEIGHT_BITS = 32
+
+
+def _wire(model, compression=None, weighting="num_examples"):
+  alg = builders.algorithm("fedavg", {"client_weighting": weighting}, model, batch_size=4,
+                           compression=compression)
+  return client_wire_bits(alg.process, alg.upload_extras_types)
+
+
+@pytest.mark.parametrize("model,input_shape,params,num_params", [
+    ("cnn", (28, 28, 1), {}, 1_663_370),
+    ("mlp", (784,), {"hidden": [200, 200]}, 199_210),
+    ("logistic", (64,), {}, 650),
+])
+def test_uncompressed_model_part_is_params_times_32(model, input_shape, params, num_params):
+  task_model = builders.task_model(model, input_shape, 10, **params)
+  assert task_model.num_params == num_params
+  wire = _wire(task_model)
+  assert wire.broadcast == wire.broadcast_model == num_params * 32
+  assert wire.aggregate_model == num_params * 32
+  assert wire.aggregate_other == METRICS_BITS + WEIGHT_BITS
+
+
+def test_uniform_weighting_sends_no_weight():
+  wire = _wire(builders.task_model("logistic", (64,), 10), weighting="uniform")
+  assert wire.aggregate_other == METRICS_BITS
+
+
+def _packed_bits(n, bits):
+  """tensor_encoding packs `bits`-bit integers 28 to an int32, plus float32 min and max."""
+  return math.ceil(n * bits / 28) * 32 + 2 * 32
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_uniform_quantization_sizes_cnn(bits):
+  model = builders.task_model("cnn", (28, 28, 1), 10)
+  spec = parse_compression({
+      "broadcast": {"encoder": "uniform", "bits": bits, "min_elements": 10000},
+      "aggregation": {"encoder": "uniform", "bits": bits, "min_elements": 10000}})
+  wire = _wire(model, spec)
+  sizes = [w.size for w in model.initial_weights.trainable]
+  expected = sum(_packed_bits(n, bits) if n >= 10000 else n * 32 for n in sizes)
+  assert wire.broadcast_model == expected
+  assert wire.aggregate_model == expected
+  assert 1_663_370 * 32 / expected > (3.4 if bits == 8 else 6.5)
+
+
+def test_size_info_accumulates_rounds():
+  info = SizeInfo(per_client=ClientWireBits(broadcast=100, broadcast_model=90,
+                                            aggregate=50, aggregate_model=40))
+  first = info.round_metrics(broadcast_clients=3, aggregated_clients=2)
+  second = info.round_metrics(broadcast_clients=4, aggregated_clients=4)
+  assert first["broadcast_bits"] == 300 and first["aggregate_bits"] == 100
+  assert second["cumulative_broadcast_bits"] == 700
+  assert second["cumulative_aggregate_bits"] == 300
+  assert second["aggregate_other_bits_per_client"] == 10
+  assert info.broadcast_history == [300, 400] and info.aggregate_bits == 300
