@@ -1,0 +1,1 @@
+"""Running experiments: turning a config into a simulation and running its rounds."""

@@ -1,0 +1,107 @@
+"""Builds everything one run needs from a validated config (imports TF/TFF)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from fedsim.algorithms import ALGORITHMS, FederatedAlgorithm, Task
+from fedsim.config.schema import ExperimentConfig
+from fedsim.data import DATASETS
+from fedsim.data.federated import FederatedData
+from fedsim.data.packing import pack
+from fedsim.data.sampling import ClientSampler
+from fedsim.errors import UserError
+from fedsim.learning import local_training
+from fedsim.models.functional import TaskModel, build_task_model
+from fedsim.sizing import ClientWireBits
+from fedsim.sizing.mapreduce_form import client_wire_bits
+
+
+@dataclasses.dataclass(frozen=True)
+class Simulation:
+  """A config made concrete: data, model, algorithm and its wire sizes."""
+
+  config: ExperimentConfig
+  data: FederatedData
+  model: TaskModel
+  algorithm: FederatedAlgorithm
+  sampler: ClientSampler
+  wire: ClientWireBits               # per client per round, as configured
+  uncompressed_wire: ClientWireBits  # the same algorithm without compression
+  evaluate: Any                      # weights -> {"eval/loss", "eval/accuracy"}
+
+
+def build_simulation(config: ExperimentConfig) -> Simulation:
+  """Loads data and builds the model, process and sizing for `config`.
+
+  Raises:
+    UserError: bad combinations found only once data is loaded.
+  """
+  data = DATASETS.get(config.data.name).build(config.data.params, config.seed)
+  if config.clients_per_round > len(data.client_ids):
+    raise UserError(f"clients_per_round: {config.clients_per_round} is larger than the"
+                    f" {len(data.client_ids)} clients of data '{config.data.name}'")
+  try:
+    model = build_task_model(config.model, data.input_shape, data.num_classes, config.seed,
+                             x_dtype=data.test.x.dtype, label_shape=data.test.y.shape[1:])
+  except ValueError as e:
+    raise UserError(f"model.name: {e}") from None
+  algorithm = _build_algorithm(config, model, config.compression)
+  wire = client_wire_bits(algorithm.process, algorithm.upload_extras_types)
+  if config.compression is not None and (config.compression.broadcast or config.compression.aggregation):
+    reference = _build_algorithm(config, model, None)
+    uncompressed = client_wire_bits(reference.process, reference.upload_extras_types)
+  else:
+    uncompressed = wire
+  return Simulation(
+      config=config, data=data, model=model, algorithm=algorithm,
+      sampler=ClientSampler(data.client_ids, config.seed),
+      wire=wire, uncompressed_wire=uncompressed,
+      evaluate=make_evaluator(model, data, config.eval.batch_size))
+
+
+def _build_algorithm(config, model, compression) -> FederatedAlgorithm:
+  task = Task(model=model, batch_size=config.data.params.batch_size,
+              epochs=config.data.params.epochs, compression=compression)
+  return ALGORITHMS.get(config.algorithm.name).build(config.algorithm.params, task)
+
+
+def client_batches(sim: Simulation, round_num: int, client_ids) -> list[dict[str, np.ndarray]]:
+  """Packed local-training input of each client for this round (seeded)."""
+  from fedsim.data.federated import PACK_STREAM
+  params = sim.config.data.params
+  plan = sim.algorithm.client_plan
+  index = {cid: i for i, cid in enumerate(sim.data.client_ids)}
+  out = []
+  for cid in client_ids:
+    batches = pack(sim.data.clients[cid], params.batch_size, epochs=plan.epochs,
+                   steps=plan.steps, shuffle=params.shuffle,
+                   seed=[sim.config.seed, PACK_STREAM, round_num, index[cid]])
+    out.append({"x": batches.x, "y": batches.y, "mask": batches.mask})
+  return out
+
+
+def make_evaluator(model: TaskModel, data: FederatedData, batch_size: int):
+  """`weights -> {eval/loss, eval/accuracy}` on the held-out test set (server side).
+
+  Runs as a TFF computation on the same runtime as training: TFF's
+  functional Keras models only trace inside TFF computations or graphs.
+  """
+  import tensorflow_federated as tff
+  size = min(batch_size, max(len(data.test), 1))
+  test = pack(data.test, size, shuffle=False)
+  batches = {"x": test.x, "y": test.y, "mask": test.mask}
+
+  @tff.tensorflow.computation(model.weights_type, model.client_data_type(size))
+  def stats(model_weights, batches):
+    return local_training.evaluate(model.predict, model_weights.trainable, batches)
+
+  def evaluate(model_weights) -> dict[str, float]:
+    loss_sum, correct, count = stats(model_weights, batches)
+    n = max(float(count), 1.0)
+    return {"eval/loss": float(loss_sum) / n, "eval/accuracy": float(correct) / n}
+
+  return evaluate

@@ -1,0 +1,114 @@
+"""Config validation: every kind of bad input names its key (no TF needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fedsim.config.loader import apply_overrides, expand_variants, load_config, plain
+from fedsim.config.typed import parse
+from fedsim.config.schema import ExperimentConfig
+from fedsim.errors import UserError
+
+BASE = {
+    "name": "t", "seed": 0, "rounds": 2, "clients_per_round": 2,
+    "data": {"name": "digits", "num_clients": 4, "partition": "iid", "batch_size": 8},
+    "model": {"name": "mlp", "hidden": [8]},
+    "algorithm": {"name": "fedavg", "client_optimizer": {"name": "sgd", "learning_rate": 0.1}},
+}
+
+
+def _error(overrides, raw=None):
+  with pytest.raises(UserError) as e:
+    load_config(raw or BASE, overrides)
+  message = str(e.value)
+  assert "\n" not in message
+  return message
+
+
+def test_valid_config_parses_with_defaults():
+  config, _ = load_config(BASE)
+  assert config.algorithm.params.server_optimizer.name == "sgd"
+  assert config.algorithm.params.server_optimizer.params.learning_rate == 1.0
+  assert config.eval.every == 1
+  assert config.compression is None
+
+
+@pytest.mark.parametrize("override,expected", [
+    (["rounds=0"], "rounds: must be >= 1, got 0"),
+    (["rounds=two"], "rounds: expected an integer, got 'two'"),
+    (["clients_per_round=5"], "clients_per_round: 5 is larger than data.num_clients (4)"),
+    (["algorithm.client_optimizer.learning_rate=-0.1"],
+     "algorithm.client_optimizer.learning_rate: must be > 0, got -0.1"),
+    (["model.name=mpl"], "model.name: unknown model 'mpl' (did you mean 'mlp'?)"),
+    (["algorithm.name=fedavgg"], "algorithm.name: unknown algorithm 'fedavgg' (did you mean 'fedavg'?)"),
+    (["data.partition=dirichlet", "data.alpha=0"], "data.alpha: must be > 0, got 0"),
+    (["data.partition=iidd"], "data.partition: must be one of iid, dirichlet, shards; got 'iidd' (did you mean 'iid'?)"),
+    (["roundz=3"], "roundz: unknown key (did you mean 'rounds'?)"),
+    (["model.hidden=[8, x]"], "model.hidden[1]: expected an integer, got 'x'"),
+    (["model.nam=mlp"], "model.nam: unknown key (did you mean 'name'?)"),
+    (["eval.every=-1"], "eval.every: must be >= 1, got -1"),
+    (["name=a/b"], "name: 'a/b' must be letters"),
+    (["data=3"], "data: expected a mapping with a 'name' key"),
+    (["seed=1.5"], "seed: expected an integer, got 1.5"),
+    (["algorithm.client_weighting=examples"], "algorithm.client_weighting: must be one of"),
+    (["compression.broadcast.encoder=unifrom"], "compression.broadcast.encoder: unknown encoder 'unifrom' (did you mean 'uniform'?)"),
+    (["compression.aggregation.encoder=uniform", "compression.aggregation.bits=32"],
+     "compression.aggregation.bits: must be <= 16, got 32"),
+])
+def test_bad_values_name_the_key(override, expected):
+  assert expected in _error(override)
+
+
+def test_missing_required_key():
+  raw = {k: v for k, v in BASE.items() if k != "rounds"}
+  assert _error([], raw) == "rounds: missing required key"
+
+
+@pytest.mark.parametrize("item", ["rounds", "=3", "a..b=1", "rounds.x=1"])
+def test_malformed_set(item):
+  assert "--set" in _error([item]) or "rounds" in _error([item])
+
+
+def test_set_parses_typed_values():
+  raw = apply_overrides(BASE, ["rounds=3", "data.alpha=0.1", "model.hidden=[4, 5]",
+                               "data.shuffle=false", "model=cnn"])
+  assert raw["rounds"] == 3 and raw["data"]["alpha"] == 0.1
+  assert raw["model"] == "cnn"
+  assert raw["data"]["shuffle"] is False
+  assert BASE["rounds"] == 2  # the input is not modified
+
+
+def test_missing_and_bad_files(tmp_path):
+  with pytest.raises(UserError, match="config file not found"):
+    load_config(tmp_path / "nope.yaml")
+  bad = tmp_path / "bad.yaml"
+  bad.write_text("name: [unclosed\n")
+  with pytest.raises(UserError, match=r"bad.yaml: line \d+ not valid YAML"):
+    load_config(bad)
+  scalar = tmp_path / "scalar.yaml"
+  scalar.write_text("just text\n")
+  with pytest.raises(UserError, match="expected a mapping"):
+    load_config(scalar)
+  unsafe = tmp_path / "unsafe.yaml"
+  unsafe.write_text("name: !!python/object/apply:os.system ['true']\n")
+  with pytest.raises(UserError, match="not valid YAML"):
+    load_config(unsafe)
+
+
+def test_resolved_config_round_trips():
+  config, _ = load_config(BASE, ["compression.broadcast.encoder=uniform"])
+  again = parse(ExperimentConfig, plain(config))
+  assert again == config
+
+
+def test_variants_expand_and_validate_each():
+  raw = dict(BASE, variants={"none": {}, "u8": {"compression": {"aggregation": {"encoder": "uniform"}}},
+                             "adam": {"algorithm": {"client_optimizer": {"name": "adam"}}}})
+  runs = expand_variants(raw)
+  assert [name for name, _ in runs] == ["none", "u8", "adam"]
+  assert runs[0][1].compression is None
+  assert runs[1][1].compression.aggregation.encoder.params.bits == 8
+  adam = runs[2][1].algorithm.params.client_optimizer
+  assert adam.name == "adam" and adam.params.learning_rate == 0.001  # section replaced, not merged
+  bad = dict(BASE, variants={"x": {"rounds": 0}})
+  assert _error([], bad) == "variants.x: rounds: must be >= 1, got 0"
