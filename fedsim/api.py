@@ -42,18 +42,20 @@ def run(config: ConfigSource, overrides: Sequence[str] = (), logdir: str | os.Pa
   Raises:
     UserError: bad input (nothing is run). RunFailed: a run could not finish.
   """
-  from fedsim.runtime.quiet import import_tensorflow
-  import_tensorflow()
+  _, raw = load_config(config, overrides)
+  runs = expand_variants(raw)  # validates every variant before TF is imported
+
+  from fedsim.runtime import quiet
+  quiet.import_tff()  # before any module below imports TF/TFF noisily
   from fedsim.experiment.loop import run_rounds
   from fedsim.experiment.simulation import build_simulation
   from fedsim.reporting import create_run_dir, write_config
   from fedsim.runtime import worker
 
-  _, raw = load_config(config, overrides)
-  runs = expand_variants(raw)  # validates every variant before anything runs
   results = {}
   for variant, cfg in runs:
-    sim = build_simulation(cfg)
+    with quiet.filtered_stderr():  # TFF's compiler logs known noise while building
+      sim = build_simulation(cfg)
     run_dir = create_run_dir(logdir, cfg.name, variant)
     if on_run_dir:
       on_run_dir(run_dir)

@@ -42,10 +42,18 @@ class FederatedAlgorithm:
   # TFF types of what each client uploads besides the model update (summed
   # metrics, update weight): sizing splits the upload into model vs. rest.
   upload_extras_types: tuple = ()
+  # The round as TFF compiles it for sizing (see composer.sizing_view).
+  sizing_process: Any = None
+  # Stateful clients (elastic averaging): what a client starts from, or None.
+  initial_client_state: Any = None
+
+  @property
+  def stateful_clients(self) -> bool:
+    return self.initial_client_state is not None
 
   def model_weights(self, state) -> Any:
     """The model that is evaluated, checkpointed and exported."""
     return state.global_model_weights
 
 
-from fedsim.algorithms import fedavg  # noqa: E402,F401  (registers)
+from fedsim.algorithms import easgd, fedavg, fedsgd  # noqa: E402,F401  (registers)

@@ -42,5 +42,5 @@ def build_fedavg(params: FedAvgParams, task: Task) -> FederatedAlgorithm:
       task, client_work,
       server_optimizer=OPTIMIZERS.get(params.server_optimizer.name).build(
           params.server_optimizer.params),
-      weighted=params.client_weighting == "num_examples",
+      aggregation="weighted_mean" if params.client_weighting == "num_examples" else "mean",
       client_plan=ClientPlan(epochs=task.epochs, steps=params.local_steps))

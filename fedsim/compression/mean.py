@@ -38,3 +38,15 @@ def build_encoded_mean(
   if weighted:
     return tff.aggregators.MeanFactory(value_sum)
   return tff.aggregators.UnweightedMeanFactory(value_sum)
+
+
+def build_encoded_sum(spec: DirectionSpec | None) -> tff.aggregators.UnweightedAggregationFactory:
+  """An aggregation factory for the plain sum of client values, encoded per `spec`
+  (elastic averaging adds the clients' elastic differences, it does not average)."""
+  if spec is None:
+    return tff.aggregators.SumFactory()
+
+  def gather_encoder_for(tensor_spec):
+    return te_api.gather_encoder(encoder_for(tensor_spec, spec), tensor_spec)
+
+  return te_api.encoded_sum_factory(gather_encoder_for)

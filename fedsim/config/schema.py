@@ -11,6 +11,7 @@ from fedsim.compression import parse_compression
 from fedsim.config.typed import Component, bounded, component, custom
 from fedsim.data import DATASETS
 from fedsim.errors import UserError
+from fedsim.experiment.system import SystemConfig
 from fedsim.models import MODELS
 
 
@@ -35,6 +36,10 @@ class ExperimentConfig:
   model: Component = component(MODELS)
   algorithm: Component = component(ALGORITHMS, {"name": "fedavg"})
   seed: int = bounded(0, min=0, max=2**31 - 1)
+  # Over-selection: sample clients_per_round + backup_clients, aggregate the
+  # first clients_per_round to finish (see fedsim/experiment/system.py).
+  backup_clients: int = bounded(0, min=0)
+  system: SystemConfig = dataclasses.field(default_factory=SystemConfig)
   eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
   runtime: RuntimeConfig = dataclasses.field(default_factory=RuntimeConfig)
   compression: Any = custom(parse_compression, None)
@@ -50,6 +55,13 @@ class ExperimentConfig:
     if num_clients is not None and self.clients_per_round > num_clients:
       raise UserError(f"clients_per_round: {self.clients_per_round} is larger than"
                       f" data.num_clients ({num_clients})")
+    if num_clients is not None and self.clients_per_round + self.backup_clients > num_clients:
+      raise UserError(f"backup_clients: clients_per_round + backup_clients ="
+                      f" {self.clients_per_round + self.backup_clients} is larger than"
+                      f" data.num_clients ({num_clients})")
+    if self.system.min_clients > self.clients_per_round:
+      raise UserError(f"system.min_clients: {self.system.min_clients} is larger than"
+                      f" clients_per_round ({self.clients_per_round})")
     for variant in self.variants:
       if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", variant):
         raise UserError(f"variants.{variant}: variant names must be letters, digits,"

@@ -18,7 +18,9 @@ from typing import Any, Callable
 import numpy as np
 
 from fedsim.errors import RunFailed
+from fedsim.experiment.client_states import ClientStateStore
 from fedsim.experiment.simulation import Simulation, client_batches
+from fedsim.experiment.system import RoundOutcome, simulate_round
 from fedsim.reporting import (CompositeSink, CsvSink, Progress, TensorBoardSink,
                               flat_hparams, write_hparams, write_status)
 from fedsim.sizing import SizeInfo
@@ -56,13 +58,30 @@ def _round_metrics(measurements) -> dict[str, float]:
   return out
 
 
+def _outcome_metrics(outcome: RoundOutcome, simulated_total: float) -> dict[str, float]:
+  return {
+      "clients/sampled": len(outcome.sampled),
+      "clients/aggregated": len(outcome.aggregated),
+      "clients/dropped": len(outcome.late) + len(outcome.failed),
+      "clients/late": len(outcome.late),
+      "clients/failed": len(outcome.failed),
+      "round_skipped": int(outcome.skipped),
+      "round_simulated_seconds": outcome.round_seconds,
+      "simulated_seconds": simulated_total,
+  }
+
+
 def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, Any],
                progress: bool | None = None,
                check_runtime: Callable[[str], None] | None = None) -> RunResult:
   """Runs every round of `sim`, writing outputs into `run_dir`.
 
-  `check_runtime(during)` raises RunFailed if the runtime died; it is called
-  when a round fails, so a dead worker is reported as such.
+  Each round samples `clients_per_round + backup_clients` clients, lets the
+  device model decide which of them are aggregated, and runs the process on
+  those. A round with fewer reports than `system.min_clients` is skipped
+  (logged in `events.log`), not failed. `check_runtime(during)` raises
+  RunFailed if the runtime died; it is called when a round fails, so a dead
+  worker is reported as such.
 
   Raises:
     RunFailed: the model diverged (non-finite loss) or the runtime died;
@@ -70,31 +89,52 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
   """
   config = sim.config
   sinks = CompositeSink([CsvSink(run_dir / "metrics.csv"), TensorBoardSink(run_dir)])
+  # Eval accuracy against cumulative simulated seconds (TensorBoard's step axis).
+  time_sink = TensorBoardSink(run_dir / "simulated_time")
   bar = Progress(config.rounds, enabled=progress)
   sizes = SizeInfo(per_client=sim.wire)
   history: list[dict[str, float]] = []
   process = sim.algorithm.process
+  states = (ClientStateStore(run_dir / "client_states", sim.algorithm.initial_client_state)
+            if sim.algorithm.stateful_clients else None)
+  simulated_total = 0.0
   write_status(run_dir, "running")
   round_num = 0
   try:
     state = process.initialize()
     for round_num in range(1, config.rounds + 1):
-      clients = sim.sampler.sample(round_num, config.clients_per_round)
-      data = client_batches(sim, round_num, clients)
-      start = time.perf_counter()
-      state, measurements = process.next(state, data)
-      seconds = time.perf_counter() - start
+      sampled = sim.sampler.sample(round_num, config.clients_per_round + config.backup_clients)
+      packed = client_batches(sim, round_num, sampled)
+      outcome = simulate_round(
+          config.system, sampled, {c: float(packed[c]["mask"].sum()) for c in sampled},
+          config.clients_per_round, config.seed, round_num)
+      simulated_total += outcome.round_seconds
       metrics: dict[str, float] = {"round": round_num}
-      metrics.update(_round_metrics(measurements))
-      metrics["clients/sampled"] = len(clients)
-      metrics["clients/aggregated"] = len(clients)
+      seconds = 0.0
+      if outcome.skipped:
+        _log_event(run_dir, f"round {round_num}: skipped, {len(outcome.sampled) - len(outcome.failed)}"
+                   f" of {len(outcome.sampled)} sampled clients reported, fewer than"
+                   f" system.min_clients={config.system.min_clients}")
+      else:
+        data = [packed[c] for c in outcome.aggregated]
+        start = time.perf_counter()
+        if states is None:
+          state, measurements = process.next(state, data)
+        else:
+          state, measurements, new_states = process.next(
+              state, data, states.load(outcome.aggregated))
+          states.save(outcome.aggregated, new_states)
+        seconds = time.perf_counter() - start
+        metrics.update(_round_metrics(measurements))
+        if not math.isfinite(metrics["train/loss"]) or metrics.get("server/update_non_finite"):
+          raise RunFailed(f"round {round_num}: training diverged (train/loss ="
+                          f" {metrics['train/loss']}); try a smaller learning rate")
+      metrics.update(_outcome_metrics(outcome, simulated_total))
       metrics["round_seconds"] = seconds
-      metrics.update(sizes.round_metrics(len(clients), len(clients)))
-      if not math.isfinite(metrics["train/loss"]) or metrics.get("server/update_non_finite"):
-        raise RunFailed(f"round {round_num}: training diverged (train/loss ="
-                        f" {metrics['train/loss']}); try a smaller learning rate")
+      metrics.update(sizes.round_metrics(len(outcome.sampled), len(outcome.aggregated)))
       if round_num % config.eval.every == 0 or round_num == config.rounds:
         metrics.update(sim.evaluate(sim.algorithm.model_weights(state)))
+        time_sink.write(round(simulated_total), {"eval/accuracy": metrics["eval/accuracy"]})
       sinks.write(round_num, metrics)
       history.append(metrics)
       bar.update(round_num, metrics)
@@ -107,6 +147,7 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
   finally:
     bar.close()
     sinks.close()
+    time_sink.close()
   final = {}
   for row in history:
     final.update(row)
@@ -119,3 +160,9 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
                    final_weights=final_weights,
                    uncompressed_bits_per_client=(sim.uncompressed_wire.broadcast,
                                                  sim.uncompressed_wire.aggregate))
+
+
+def _log_event(run_dir: pathlib.Path, message: str) -> None:
+  """Appends a line to the run's `events.log` (skipped rounds and the like)."""
+  with open(run_dir / "events.log", "a", encoding="utf-8") as f:
+    f.write(message + "\n")

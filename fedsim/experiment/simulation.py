@@ -50,10 +50,12 @@ def build_simulation(config: ExperimentConfig) -> Simulation:
   except ValueError as e:
     raise UserError(f"model.name: {e}") from None
   algorithm = _build_algorithm(config, model, config.compression)
-  wire = client_wire_bits(algorithm.process, algorithm.upload_extras_types)
+  wire = client_wire_bits(algorithm.sizing_process or algorithm.process,
+                          algorithm.upload_extras_types)
   if config.compression is not None and (config.compression.broadcast or config.compression.aggregation):
     reference = _build_algorithm(config, model, None)
-    uncompressed = client_wire_bits(reference.process, reference.upload_extras_types)
+    uncompressed = client_wire_bits(reference.sizing_process or reference.process,
+                                    reference.upload_extras_types)
   else:
     uncompressed = wire
   return Simulation(
@@ -69,18 +71,18 @@ def _build_algorithm(config, model, compression) -> FederatedAlgorithm:
   return ALGORITHMS.get(config.algorithm.name).build(config.algorithm.params, task)
 
 
-def client_batches(sim: Simulation, round_num: int, client_ids) -> list[dict[str, np.ndarray]]:
-  """Packed local-training input of each client for this round (seeded)."""
+def client_batches(sim: Simulation, round_num: int, client_ids) -> dict[str, dict[str, np.ndarray]]:
+  """Packed local-training input of each client for this round (seeded), by id."""
   from fedsim.data.federated import PACK_STREAM
   params = sim.config.data.params
   plan = sim.algorithm.client_plan
   index = {cid: i for i, cid in enumerate(sim.data.client_ids)}
-  out = []
+  out = {}
   for cid in client_ids:
     batches = pack(sim.data.clients[cid], params.batch_size, epochs=plan.epochs,
                    steps=plan.steps, shuffle=params.shuffle,
                    seed=[sim.config.seed, PACK_STREAM, round_num, index[cid]])
-    out.append({"x": batches.x, "y": batches.y, "mask": batches.mask})
+    out[cid] = {"x": batches.x, "y": batches.y, "mask": batches.mask}
   return out
 
 

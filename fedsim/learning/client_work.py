@@ -10,7 +10,7 @@ are sums over clients (loss, correct predictions, examples).
 from __future__ import annotations
 
 import collections
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -35,6 +35,25 @@ class ClientWork(NamedTuple):
   # What each client sends besides its update: summed metrics, update weight.
   metrics_type: tff.Type
   weight_type: tff.Type
+  # Stateful clients only: the state's type and its value for a new client.
+  client_state_type: tff.Type | None = None
+  initial_client_state: Any = None
+
+
+def _metrics_finalizer():
+  @tff.tensorflow.computation(collections.OrderedDict(
+      loss_sum=np.float32, correct=np.float32, num_examples=np.float32))
+  def finalize(sums):
+    total = tf.maximum(sums["num_examples"], 1.0)
+    return collections.OrderedDict(
+        loss=sums["loss_sum"] / total, accuracy=sums["correct"] / total,
+        num_examples=sums["num_examples"])
+  return finalize
+
+
+def _stats_dict(stats):
+  return collections.OrderedDict(
+      loss_sum=stats.loss_sum, correct=stats.correct, num_examples=stats.num_examples)
 
 
 def build_client_work(weights_type, data_type, client_update: Callable) -> ClientWork:
@@ -48,16 +67,9 @@ def build_client_work(weights_type, data_type, client_update: Callable) -> Clien
   def client_fn(model_weights, batches):
     update, update_weight, stats = client_update(model_weights, batches)
     result = tff.learning.templates.ClientResult(update=update, update_weight=update_weight)
-    return result, collections.OrderedDict(
-        loss_sum=stats.loss_sum, correct=stats.correct, num_examples=stats.num_examples)
+    return result, _stats_dict(stats)
 
-  @tff.tensorflow.computation(collections.OrderedDict(
-      loss_sum=np.float32, correct=np.float32, num_examples=np.float32))
-  def finalize(sums):
-    total = tf.maximum(sums["num_examples"], 1.0)
-    return collections.OrderedDict(
-        loss=sums["loss_sum"] / total, accuracy=sums["correct"] / total,
-        num_examples=sums["num_examples"])
+  finalize = _metrics_finalizer()
 
   @tff.federated_computation()
   def init_fn():
@@ -75,3 +87,41 @@ def build_client_work(weights_type, data_type, client_update: Callable) -> Clien
   process = tff.templates.MeasuredProcess(init_fn, next_fn, next_is_multi_arg=True)
   result_type = client_fn.type_signature.result
   return ClientWork(process, result_type[1], result_type[0].update_weight)
+
+
+def build_stateful_client_work(weights_type, data_type, initial_client_state,
+                               client_update: Callable) -> ClientWork:
+  """Client work whose clients keep state between the rounds they take part in.
+
+  `client_update(model_weights, batches, client_state) -> (update,
+  update_weight, stats, new_client_state)`; `initial_client_state` is the
+  NumPy structure a client starts from (the run loop stores states on disk).
+  """
+  state_type = tff.types.tensorflow_to_type(tf.nest.map_structure(
+      lambda a: tf.TensorSpec(np.shape(a), tf.as_dtype(np.asarray(a).dtype)),
+      initial_client_state))
+
+  @tff.tensorflow.computation(weights_type, data_type, state_type)
+  def client_fn(model_weights, batches, client_state):
+    update, update_weight, stats, new_state = client_update(model_weights, batches, client_state)
+    result = tff.learning.templates.ClientResult(update=update, update_weight=update_weight)
+    return (result, new_state), _stats_dict(stats)
+
+  finalize = _metrics_finalizer()
+
+  @tff.federated_computation()
+  def init_fn():
+    return tff.federated_value((), tff.SERVER)
+
+  @tff.federated_computation(
+      init_fn.type_signature.result, tff.FederatedType(weights_type, tff.CLIENTS),
+      tff.FederatedType(data_type, tff.CLIENTS), tff.FederatedType(state_type, tff.CLIENTS))
+  def next_fn(state, model_weights, data, client_states):
+    outputs, stats = tff.federated_map(client_fn, (model_weights, data, client_states))
+    measurements = tff.federated_map(finalize, tff.federated_sum(stats))
+    return tff.templates.MeasuredProcessOutput(state, outputs, measurements)
+
+  process = tff.templates.MeasuredProcess(init_fn, next_fn, next_is_multi_arg=True)
+  result_type = client_fn.type_signature.result
+  return ClientWork(process, result_type[1], result_type[0][0].update_weight,
+                    state_type, initial_client_state)

@@ -23,7 +23,10 @@ def compose(initial_weights_fn: tff.Computation,
   """Returns an `IterativeProcess`: `next(state, client_data) -> (state, measurements)`.
 
   `initial_weights_fn` is a no-arg TF computation returning the initial
-  `ModelWeights`. `measurements` is an OrderedDict keyed by stage name.
+  `ModelWeights`. `measurements` is an OrderedDict keyed by stage name. When
+  `client_work.next` also takes client states (stateful clients), the process
+  is `next(state, client_data, client_states) -> (state, measurements,
+  new_client_states)`, the last placed at CLIENTS.
   """
 
   @tff.federated_computation()
@@ -35,14 +38,19 @@ def compose(initial_weights_fn: tff.Computation,
         aggregator=aggregator.initialize(),
         finalizer=finalizer.initialize()))
 
-  data_type = client_work.next.type_signature.parameter[2]
+  work_params = client_work.next.type_signature.parameter
+  data_type = work_params[2]
+  stateful = len(work_params) == 4
 
-  @tff.federated_computation(init_fn.type_signature.result, data_type)
-  def next_fn(state, client_data):
+  def round_fn(state, client_data, client_states=None):
     sent = distributor.next(state.distributor, state.global_model_weights)
-    work = client_work.next(state.client_work, sent.result, client_data)
-    aggregated = aggregator.next(
-        state.aggregator, work.result.update, work.result.update_weight)
+    if stateful:
+      work = client_work.next(state.client_work, sent.result, client_data, client_states)
+      result, new_client_states = work.result[0], work.result[1]
+    else:
+      work = client_work.next(state.client_work, sent.result, client_data)
+      result, new_client_states = work.result, None
+    aggregated = aggregator.next(state.aggregator, result.update, result.update_weight)
     finished = finalizer.next(
         state.finalizer, state.global_model_weights, aggregated.result)
     new_state = tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
@@ -56,6 +64,48 @@ def compose(initial_weights_fn: tff.Computation,
         client_work=work.measurements,
         aggregator=aggregated.measurements,
         finalizer=finished.measurements))
+    return new_state, measurements, new_client_states
+
+  if not stateful:
+    @tff.federated_computation(init_fn.type_signature.result, data_type)
+    def next_fn(state, client_data):
+      new_state, measurements, _ = round_fn(state, client_data)
+      return new_state, measurements
+
+    return tff.templates.IterativeProcess(init_fn, next_fn)
+
+  @tff.federated_computation(init_fn.type_signature.result, data_type, work_params[3])
+  def stateful_next_fn(state, client_data, client_states):
+    return round_fn(state, client_data, client_states)
+
+  return tff.templates.IterativeProcess(init_fn, stateful_next_fn)
+
+
+def sizing_view(process: tff.templates.IterativeProcess) -> tff.templates.IterativeProcess:
+  """The same round as a two-argument process that TFF can compile to a MapReduceForm.
+
+  A MapReduceForm takes (server state, client data) and returns only
+  server-placed values, so client state enters as part of the client data and
+  the new client states (which never leave the clients) are not returned.
+  """
+  params = process.next.type_signature.parameter
+  if len(params) == 2:
+    return process
+  data_type, states_type = params[1].member, params[2].member
+  pair_type = tff.StructType([data_type, states_type])
+
+  @tff.tensorflow.computation(pair_type)
+  def first(pair):
+    return pair[0]
+
+  @tff.tensorflow.computation(pair_type)
+  def second(pair):
+    return pair[1]
+
+  @tff.federated_computation(params[0], tff.FederatedType(pair_type, tff.CLIENTS))
+  def next_fn(state, pairs):
+    new_state, measurements, _ = process.next(
+        state, tff.federated_map(first, pairs), tff.federated_map(second, pairs))
     return new_state, measurements
 
-  return tff.templates.IterativeProcess(init_fn, next_fn)
+  return tff.templates.IterativeProcess(process.initialize, next_fn)

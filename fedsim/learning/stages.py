@@ -32,17 +32,20 @@ def distributor(task) -> tff.templates.MeasuredProcess:
   return broadcast.build_encoded_broadcast(task.model.weights_type, spec)
 
 
-def mean_aggregator(task, update_type, weighted: bool) -> tff.templates.AggregationProcess:
-  """(Weighted) mean of client updates, encoded per `task.compression.aggregation`."""
+def update_aggregator(task, update_type, aggregation: str) -> tff.templates.AggregationProcess:
+  """Aggregates client updates, encoded per `task.compression.aggregation`.
+
+  `aggregation` is 'weighted_mean', 'mean' or 'sum'; every result has the
+  (state, value, weight) signature, the weight unused when unweighted.
+  """
   spec = getattr(task.compression, "aggregation", None)
-  if spec is None:
-    factory = tff.aggregators.MeanFactory() if weighted else tff.aggregators.UnweightedMeanFactory()
-  else:
-    from fedsim.compression import mean
-    factory = mean.build_encoded_mean(spec, weighted=weighted)
-  if weighted:
-    return factory.create(update_type, tff.TensorType(np.float32))
-  return factory.create(update_type)
+  from fedsim.compression import mean
+  if aggregation == "weighted_mean":
+    return mean.build_encoded_mean(spec, weighted=True).create(
+        update_type, tff.TensorType(np.float32))
+  factories = {"mean": lambda: mean.build_encoded_mean(spec, weighted=False),
+               "sum": lambda: mean.build_encoded_sum(spec)}
+  return _drop_weight(factories[aggregation]().create(update_type))
 
 
 def model_delta_client_work(task, optimizer, uniform_weighting: bool,
@@ -66,20 +69,24 @@ def model_delta_client_work(task, optimizer, uniform_weighting: bool,
 
 
 def compose_model_update_algorithm(task, work: client_work.ClientWork, server_optimizer,
-                                   weighted: bool, client_plan) -> FederatedAlgorithm:
-  """distributor -> `work` -> mean of updates -> server optimizer step."""
-  update_type = work.process.next.type_signature.result.result.member.update
-  if weighted:
-    aggregator = mean_aggregator(task, update_type, weighted=True)
-  else:
-    aggregator = _drop_weight(mean_aggregator(task, update_type, weighted=False))
+                                   aggregation: str, client_plan) -> FederatedAlgorithm:
+  """distributor -> `work` -> aggregated updates -> server optimizer step.
+
+  `aggregation`: 'weighted_mean' (by the clients' update weights), 'mean' or
+  'sum' of the client updates.
+  """
+  result_type = work.process.next.type_signature.result.result.member
+  update_type = (result_type[0] if work.client_state_type is not None else result_type).update
+  aggregator = update_aggregator(task, update_type, aggregation)
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
       server_optimizer, task.model.weights_type)
   process = composer.compose(
       initial_weights_computation(task), distributor(task), work.process, aggregator, finalizer)
-  extras = [work.metrics_type] + ([work.weight_type] if weighted else [])
+  extras = [work.metrics_type] + ([work.weight_type] if aggregation == "weighted_mean" else [])
   return FederatedAlgorithm(process=process, client_plan=client_plan,
-                            upload_extras_types=tuple(extras))
+                            upload_extras_types=tuple(extras),
+                            sizing_process=composer.sizing_view(process),
+                            initial_client_state=work.initial_client_state)
 
 
 def _drop_weight(unweighted: tff.templates.AggregationProcess) -> tff.templates.AggregationProcess:

@@ -25,6 +25,7 @@ import os
 import re
 import sys
 import tempfile
+import warnings
 import threading
 from types import ModuleType
 from typing import Iterator
@@ -42,6 +43,8 @@ NOISE_PATTERNS = tuple(
         r"To enable the following instructions: .* rebuild TensorFlow",
         r"Could not find cuda drivers on your machine",
         r"oneDNN custom operations are on",
+        # Grappler, while TFF compiles computations; harmless, logged as an error.
+        r"grappler_item_builder\.cc:\d+\] Failed to detect the fetch node",
     )
 )
 
@@ -93,6 +96,10 @@ def import_quietly(module_name: str) -> ModuleType:
     return loaded
   with _import_lock:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # googleapis (under TFF) imports pkg_resources, whose setuptools warns on
+    # import; not actionable for a fedsim user.
+    warnings.filterwarnings("ignore", message="pkg_resources is deprecated",
+                            category=UserWarning)
     with filtered_stderr():
       module = importlib.import_module(module_name)
     _cap_python_loggers()

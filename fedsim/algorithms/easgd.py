@@ -1,0 +1,89 @@
+"""Elastic averaging SGD (Zhang, Choromanska & LeCun 2015, "Deep learning
+with Elastic Averaging SGD"), federated.
+
+Each client i keeps its own model x_i (and its optimizer's state) across the
+rounds it takes part in, starting from the center x~ the first time. In a
+round, a sampled client receives x~ and runs tau = `communication_period`
+local steps on x_i with the elastic term added to its gradient,
+    g <- g + rho (x_i - x~),
+then with d_i = x_i - x~ and alpha = `moving_rate` it sets
+    x_i <- x_i - alpha d_i   and sends alpha d_i,
+and the server moves the center by the sum over the clients that reported:
+    x~ <- x~ + sum_i alpha d_i.
+The center is the model that is evaluated, checkpointed and exported; the
+local models are client state (kept on disk by the run loop).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+from fedsim.algorithms import ALGORITHMS, ClientPlan, FederatedAlgorithm, Task
+from fedsim.config.typed import Component, bounded, component
+from fedsim.learning.optimizers import OPTIMIZERS
+
+
+@dataclasses.dataclass(frozen=True)
+class EasgdParams:
+  client_optimizer: Component = component(OPTIMIZERS, {"name": "sgd", "learning_rate": 0.1})
+  moving_rate: float = bounded(0.1, gt=0, max=1)      # alpha
+  rho: float = bounded(0.0, min=0)                    # elastic strength in local steps
+  communication_period: int = bounded(10, min=1)      # tau: local steps per round
+  gradient_accumulation_steps: int = bounded(1, min=1)
+  average_accumulated_gradients: bool = True
+
+
+@ALGORITHMS.register("easgd", params=EasgdParams)
+def build_easgd(params: EasgdParams, task: Task) -> FederatedAlgorithm:
+  """Elastic averaging SGD with clients that keep their local models."""
+  import numpy as np
+  import tensorflow as tf
+  import tensorflow_federated as tff
+
+  from fedsim.learning import client_work, local_training, stages
+
+  optimizer = OPTIMIZERS.get(params.client_optimizer.name).build(params.client_optimizer.params)
+  specs = tuple(tf.TensorSpec(w.shape, tf.float32) for w in task.model.initial_weights.trainable)
+  # Hyperparameters in TFF optimizer states are Python floats: store them as
+  # float32 tensors so the state has one fixed type on disk and in TFF.
+  fresh_optimizer_state = tf.nest.map_structure(
+      lambda v: np.asarray(tf.convert_to_tensor(v)), optimizer.initialize(specs))
+  initial_client_state = collections.OrderedDict(
+      initialized=np.float32(0.0),
+      weights=tuple(np.zeros_like(w) for w in task.model.initial_weights.trainable),
+      optimizer_state=fresh_optimizer_state)
+  predict = task.model.predict
+  alpha, rho = params.moving_rate, params.rho
+
+  def update_fn(model_weights, batches, client_state):
+    center = tuple(model_weights.trainable)
+    seen = client_state["initialized"] > 0
+    local = tuple(tf.where(seen, w, c) for w, c in zip(client_state["weights"], center))
+    fresh = tf.nest.map_structure(tf.convert_to_tensor, optimizer.initialize(specs))
+    stored = tf.nest.pack_sequence_as(fresh, tf.nest.flatten(client_state["optimizer_state"]))
+    opt_state = tf.nest.map_structure(lambda s, f: tf.where(seen, s, f), stored, fresh)
+
+    def elastic(weights):
+      return tuple(rho * (w - c) for w, c in zip(weights, center))
+
+    trained, opt_state, stats = local_training.train(
+        predict, optimizer, local, opt_state, batches,
+        accumulation_steps=params.gradient_accumulation_steps,
+        average_accumulated=params.average_accumulated_gradients,
+        extra_gradient=elastic if rho > 0 else None)
+    diff = tuple(t - c for t, c in zip(trained, center))
+    new_state = collections.OrderedDict(
+        initialized=tf.constant(1.0),
+        weights=tuple(t - alpha * d for t, d in zip(trained, diff)),
+        optimizer_state=opt_state)
+    # The server applies `center - 1.0 * update`, so the update is -alpha d_i.
+    update = tuple(-alpha * d for d in diff)
+    return update, tf.constant(1.0), stats, new_state
+
+  work = client_work.build_stateful_client_work(
+      task.model.weights_type, task.model.client_data_type(task.batch_size),
+      initial_client_state, update_fn)
+  return stages.compose_model_update_algorithm(
+      task, work, server_optimizer=tff.learning.optimizers.build_sgdm(learning_rate=1.0),
+      aggregation="sum", client_plan=ClientPlan(steps=params.communication_period))
