@@ -12,7 +12,8 @@ from fedsim.registry import Registry
 DATASETS = Registry("dataset")
 
 # Imported for their registrations; they need DATASETS, hence after it.
-from fedsim.data import digits, emnist_synthetic  # noqa: E402,F401
+from fedsim.data import (cifar100, custom, digits, emnist,  # noqa: E402,F401
+                         emnist_synthetic, leaf_synthetic, shakespeare, stackoverflow)
 from fedsim.data.federated import (ClientBatching, Examples, FederatedData,  # noqa: E402
                                    Partitioning)
 

@@ -22,7 +22,7 @@ class ClientBatches:
   """Local-training input; `stack` adds a leading client axis to all three.
 
   Attributes:
-    x: float32 [steps, batch_size, *input_shape].
+    x: [steps, batch_size, *input_shape], the dataset's dtype (float32 features, int32 tokens).
     y: int32 [steps, batch_size].
     mask: float32 [steps, batch_size]; 1 for a real example, 0 for padding.
   """
@@ -89,7 +89,7 @@ def _gather(examples: Examples, index: np.ndarray) -> ClientBatches:
   """Batches holding examples[index], with zeros and mask 0 where index is -1."""
   real = index >= 0
   safe = np.where(real, index, 0)
-  x = examples.x[safe].astype(np.float32, copy=False)
+  x = examples.x[safe]  # keep the dataset dtype: float32 features or int32 token ids
   y = examples.y[safe].astype(np.int32, copy=False)
   x[~real] = 0
   y[~real] = 0

@@ -34,6 +34,28 @@ class CnnParams:
   dense: int = bounded(512, min=1)
 
 
+@dataclasses.dataclass(frozen=True)
+class LstmParams:
+  embedding: int = bounded(8, min=1)  # embedding width per token
+  units: list[int] = dataclasses.field(default_factory=lambda: [256, 256])  # per LSTM layer
+
+  def check(self, key: str) -> None:
+    from fedsim.errors import UserError
+    if not self.units or any(u < 1 for u in self.units):
+      raise UserError(f"{key}.units: need one or more LSTM sizes >= 1, got {self.units}")
+
+
+@dataclasses.dataclass(frozen=True)
+class CnnGnParams:
+  filters: list[int] = dataclasses.field(default_factory=lambda: [32, 64, 128])  # per stage
+  groups: int = bounded(8, min=1)  # group-norm groups (gcd with the stage's filters)
+
+  def check(self, key: str) -> None:
+    from fedsim.errors import UserError
+    if not self.filters or any(f < 1 for f in self.filters):
+      raise UserError(f"{key}.filters: need one or more filter counts >= 1, got {self.filters}")
+
+
 @MODELS.register("mlp", params=MlpParams)
 def build_mlp(params: MlpParams, input_shape, num_classes):
   """Fully connected ReLU network; McMahan et al.'s 2NN is hidden [200, 200] on 784 inputs."""
@@ -53,3 +75,17 @@ def build_cnn(params: CnnParams, input_shape, num_classes):
   """CNN of McMahan et al. 2017: 2x (5x5 conv + 2x2 max-pool), dense 512, softmax."""
   from fedsim.models import keras_models
   return keras_models.cnn(input_shape, num_classes, params.filters, params.dense)
+
+
+@MODELS.register("lstm", params=LstmParams)
+def build_lstm(params: LstmParams, input_shape, num_classes):
+  """Next-token LSTM (TFF's Shakespeare char model by default): embedding, LSTMs, dense."""
+  from fedsim.models import keras_models
+  return keras_models.lstm(input_shape, num_classes, params.embedding, params.units)
+
+
+@MODELS.register("cnn_gn", params=CnnGnParams)
+def build_cnn_gn(params: CnnGnParams, input_shape, num_classes):
+  """Small CNN with group norm for colour images such as CIFAR-100 (no batch norm)."""
+  from fedsim.models import keras_models
+  return keras_models.cnn_gn(input_shape, num_classes, params.filters, params.groups)

@@ -49,7 +49,8 @@ def test_client_ids_sort_numerically():
 
 
 def test_registry_names_and_did_you_mean():
-  assert DATASETS.names() == ["digits", "emnist_synthetic"]
+  assert DATASETS.names() == ["cifar100", "custom", "digits", "emnist", "emnist_synthetic",
+                             "shakespeare", "stackoverflow", "synthetic"]
   with pytest.raises(UserError, match=r"^data.name: unknown dataset 'digit' \(did you mean"
                      r" 'digits'\?\)"):
     DATASETS.get("digit", "data.name")
