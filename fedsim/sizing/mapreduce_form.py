@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow_federated as tff
 
 from fedsim.errors import RunFailed
+from fedsim.runtime.tf_graphs import NotTensorFlow, tensor_leaves
 from fedsim.sizing import ClientWireBits
 
 
@@ -17,7 +18,11 @@ def type_bits(type_spec: tff.Type) -> int:
     ValueError: if a shape is not fully known (then sizes need actual values).
   """
   total = 0
-  for leaf in _tensor_leaves(type_spec):
+  try:
+    leaves = tensor_leaves(type_spec)
+  except NotTensorFlow as e:
+    raise ValueError(f"cannot size a value: {e}") from None
+  for leaf in leaves:
     if not tff.types.is_shape_fully_defined(leaf.shape):
       raise ValueError(f"tensor of type {leaf} has a dynamic shape")
     dtype = np.dtype(leaf.dtype)
@@ -29,18 +34,6 @@ def type_bits(type_spec: tff.Type) -> int:
       bits = dtype.itemsize * 8
     total += int(np.prod(leaf.shape, dtype=np.int64)) * bits
   return total
-
-
-def _tensor_leaves(type_spec: tff.Type):
-  if isinstance(type_spec, tff.types.TensorType):
-    yield type_spec
-  elif isinstance(type_spec, tff.types.StructType):
-    for child in type_spec.children():
-      yield from _tensor_leaves(child)
-  elif isinstance(type_spec, tff.types.FederatedType):
-    yield from _tensor_leaves(type_spec.member)
-  else:
-    raise ValueError(f"cannot size a value of type {type_spec}")
 
 
 def client_wire_bits(process: tff.templates.IterativeProcess,

@@ -1,0 +1,249 @@
+"""The `inprocess` runtime: a compiled round run in this process's TensorFlow.
+
+TFF's runtime runs every computation in its C++ worker, which has no CUDA and
+pays a fixed cost per client call. Here the round is first compiled to TFF's
+MapReduceForm -- the same form sizing reads, so what is sized is what runs:
+
+    client_input = prepare(state)                      (server -> each client)
+    acc = zero(); for each client c:
+      acc = accumulate(acc, work(data_c, client_input))  (clients -> server)
+    state', measurements = update(state, report(acc))
+
+Each of those is a plain TensorFlow graph (see `tf_graphs`). The loop over
+clients runs inside one `tf.function` call per chunk of clients, so per-client
+cost is a loop iteration, not a runtime call; TensorFlow overlaps the
+iterations' independent work (client c+1 trains while c is accumulated).
+Clients keep their own step counts: their batches are concatenated and each
+iteration slices its client back out, so `work` sees exactly the input the
+`local` runtime gives it and results agree to float rounding.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from fedsim.errors import UserError
+from fedsim.runtime import tf_graphs
+
+DEVICES = ("auto", "cpu", "gpu")
+# Client data concatenated for one graph call: bounds the copy a round makes
+# (1,000 EMNIST clients would otherwise be ~300 MiB at once).
+_CHUNK_BYTES = 64 * 2**20
+
+
+class NotCompilable(Exception):
+  """The process cannot run in-process; the `local` runtime can run it.
+
+  The message is one line saying why (e.g. stateful clients, tf.data client
+  data, several aggregation phases, secure aggregation).
+  """
+
+
+def select_device(requested: str, gpus: Sequence[Any] | None = None) -> str:
+  """The TensorFlow device name for `runtime.device`.
+
+  Args:
+    requested: 'auto' (a GPU when one is visible, else the CPU), 'cpu' or 'gpu'.
+    gpus: the visible GPUs; None asks TensorFlow.
+
+  Returns:
+    '/GPU:0' or '/CPU:0'.
+
+  Raises:
+    UserError: an unknown name, or 'gpu' when TensorFlow sees no GPU.
+  """
+  if requested not in DEVICES:
+    raise UserError(f"runtime.device: unknown device '{requested}'; choose one of:"
+                    f" {', '.join(DEVICES)}")
+  if requested == "cpu":
+    return "/CPU:0"
+  if gpus is None:
+    gpus = tf.config.list_physical_devices("GPU")
+  if gpus:
+    return "/GPU:0"
+  if requested == "gpu":
+    raise UserError("runtime.device: 'gpu' but TensorFlow sees no GPU (install the"
+                    " 'gpu' extra on a CUDA machine, or use 'auto' or 'cpu')")
+  return "/CPU:0"
+
+
+class InProcessProcess:
+  """An `IterativeProcess` run in this process, with the same interface.
+
+  `initialize()` and `next(state, client_data)` take and return the same
+  Python structures as `process` does on TFF's runtime (`client_data` is the
+  list of per-client values), so the run loop and `FederatedAlgorithm` work
+  on either.
+  """
+
+  def __init__(self, process: tff.templates.IterativeProcess, device: str = "auto",
+               chunk_bytes: int = _CHUNK_BYTES):
+    """Compiles `process`; takes 1-2 s.
+
+    Raises:
+      NotCompilable: `process` has no MapReduceForm (stateful clients,
+        several aggregation phases), non-tensor client data (tf.data), secure
+        aggregation or TensorFlow variables.
+      UserError: see `select_device`.
+    """
+    self.device = select_device(device)
+    self._chunk_bytes = chunk_bytes
+    next_type = process.next.type_signature
+    params = next_type.parameter
+    if len(params) != 2 or not all(isinstance(p, tff.FederatedType) for p in params):
+      raise NotCompilable(f"next must take (state@SERVER, data@CLIENTS), not {params}")
+    if params[0].placement is not tff.SERVER or params[1].placement is not tff.CLIENTS:
+      raise NotCompilable("next must take (state@SERVER, data@CLIENTS); stateful"
+                          f" clients are not supported (got {params})")
+    self._state_type, self._data_type = params[0].member, params[1].member
+    self._result_type = next_type.result
+    self._init_type = process.initialize.type_signature.result
+    try:
+      self._data_leaves = tf_graphs.tensor_leaves(self._data_type)
+    except tf_graphs.NotTensorFlow as e:
+      raise NotCompilable(f"client data must be tensors (e.g. packed batches): {e}") from None
+    form = _map_reduce_form(process)
+    try:
+      self._build(form, process)
+    except tf_graphs.NotTensorFlow as e:
+      raise NotCompilable(str(e)) from None
+
+  def _build(self, form, process) -> None:
+    if form.securely_aggregates_tensors:
+      raise NotCompilable("the process uses secure aggregation")
+    if not form.prepare.type_signature.parameter.is_equivalent_to(self._state_type):
+      raise NotCompilable("its MapReduceForm prepares from part of the server state")
+    init = tff.backends.mapreduce.get_state_initialization_computation(process.initialize)
+    self._init = tf_graphs.concrete_function(init, "initialize")
+    prepare = tf_graphs.concrete_function(form.prepare, "prepare")
+    work = tf_graphs.concrete_function(form.work, "work")
+    zero = tf_graphs.concrete_function(form.zero, "zero")
+    accumulate = tf_graphs.concrete_function(form.accumulate, "accumulate")
+    report = tf_graphs.concrete_function(form.report, "report")
+    update = tf_graphs.concrete_function(form.update, "update")
+    acc_specs = tf_graphs.tensor_specs(form.zero.type_signature.result)
+    device = self.device
+    data_leaves = self._data_leaves
+    state_specs = tuple(tf_graphs.tensor_specs(self._state_type))
+    input_specs = tuple(tf_graphs.tensor_specs(form.prepare.type_signature.result))
+    data_specs = tuple(tf.TensorSpec([None, *t.shape[1:]], tf.as_dtype(t.dtype))
+                       for t in data_leaves)
+    offset_spec = tf.TensorSpec([len(data_leaves), None], tf.int32)
+
+    def client_slice(leaf_type, concatenated, start, end):
+      part = concatenated[start:end]
+      if not leaf_type.shape:  # scalars travel as [1] slices
+        return tf.reshape(part, [])
+      return tf.ensure_shape(part, leaf_type.shape)
+
+    @tf.function(input_signature=state_specs)
+    def start(*state):
+      with tf.device(device):
+        return tuple(prepare(*state)), tuple(zero())
+
+    @tf.function(input_signature=(input_specs, tuple(acc_specs), data_specs, offset_spec))
+    def clients(client_input, acc, data, offsets):
+      with tf.device(device):
+        def body(i, acc):
+          batches = [client_slice(t, d, offsets[j, i], offsets[j, i + 1])
+                     for j, (t, d) in enumerate(zip(data_leaves, data))]
+          upload = work(*batches, *client_input)
+          summed = accumulate(*acc, *upload)
+          return i + 1, tuple(tf.ensure_shape(a, s.shape) for a, s in zip(summed, acc_specs))
+
+        _, acc = tf.while_loop(lambda i, _: i < tf.shape(offsets)[1] - 1, body,
+                               (tf.constant(0), tuple(acc)))
+        return acc
+
+    @tf.function(input_signature=(state_specs, tuple(acc_specs)))
+    def finish(state, acc):
+      with tf.device(device):
+        return tuple(update(*state, *report(*acc)))
+
+    self._start, self._clients, self._finish = start, clients, finish
+
+  def initialize(self) -> Any:
+    """The initial server state, as `process.initialize()` returns it."""
+    with tf.device(self.device):
+      leaves = self._init()
+    return tf_graphs.pack(leaves, self._init_type)
+
+  def next(self, state: Any, client_data: Sequence[Any]) -> tuple[Any, Any]:
+    """One round: `(new_state, measurements)`, as `process.next` returns them."""
+    state_leaves = [tf.convert_to_tensor(v) for v in tf_graphs.flatten(state, self._state_type)]
+    client_input, acc = self._start(*state_leaves)
+    for chunk in self._chunks(client_data):
+      acc = self._clients(client_input, acc, *self._concatenate(chunk))
+    leaves = self._finish(tuple(state_leaves), acc)
+    return tf_graphs.pack(leaves, self._result_type)
+
+  def _chunks(self, client_data: Sequence[Any]):
+    chunk, size = [], 0
+    for client in client_data:
+      leaves = tf_graphs.flatten(client, self._data_type)
+      nbytes = sum(np.asarray(v).nbytes for v in leaves)
+      if chunk and size + nbytes > self._chunk_bytes:
+        yield chunk
+        chunk, size = [], 0
+      chunk.append(leaves)
+      size += nbytes
+    if chunk:
+      yield chunk
+
+  def _concatenate(self, chunk: list[list[Any]]):
+    """Per data leaf, the clients' values end to end, and where each starts."""
+    data, offsets = [], np.zeros((len(self._data_leaves), len(chunk) + 1), np.int32)
+    for j, leaf_type in enumerate(self._data_leaves):
+      dtype = np.dtype(leaf_type.dtype)
+      parts = [np.asarray(client[j], dtype).reshape(-1, *leaf_type.shape[1:])
+               if leaf_type.shape else np.asarray(client[j], dtype).reshape(1)
+               for client in chunk]
+      offsets[j, 1:] = np.cumsum([len(p) for p in parts])
+      data.append(np.concatenate(parts))
+    return tuple(data), offsets
+
+
+def tensorflow_function(computation: tff.Computation, device: str = "auto"):
+  """A TFF TensorFlow computation as a Python function run in this process.
+
+  Called like the computation itself (one argument, or one per element of a
+  struct parameter) and returns what TFF's runtime would, e.g. for the
+  evaluator of the run loop.
+
+  Raises:
+    NotCompilable: `computation` is not plain TensorFlow over tensors.
+    UserError: see `select_device`.
+  """
+  device = select_device(device)
+  try:
+    function = tf_graphs.concrete_function(computation, "computation")
+  except tf_graphs.NotTensorFlow as e:
+    raise NotCompilable(str(e)) from None
+  signature = computation.type_signature
+
+  def call(*args):
+    if len(args) == 1:
+      leaves = tf_graphs.flatten(args[0], signature.parameter)
+    else:
+      leaves = [leaf for arg, arg_type in zip(args, signature.parameter.children())
+                for leaf in tf_graphs.flatten(arg, arg_type)]
+    with tf.device(device):
+      result = function(*leaves)
+    return tf_graphs.pack(result, signature.result)
+
+  return call
+
+
+def _map_reduce_form(process):
+  from fedsim.runtime.quiet import filtered_stderr
+  try:
+    # Grappler logs harmless "Failed to detect the fetch node(s)" errors here.
+    with filtered_stderr():
+      return tff.backends.mapreduce.get_map_reduce_form_for_computation(process.next)
+  except Exception as e:  # TFF raises several internal error types here
+    reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    raise NotCompilable(f"no MapReduceForm for this process: {reason}") from e

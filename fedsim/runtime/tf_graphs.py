@@ -1,0 +1,151 @@
+"""TFF TensorFlow computations as functions of the Python process's TensorFlow.
+
+A compiled TFF computation whose body is TensorFlow carries a serialized
+GraphDef plus the names of the tensors its parameter and result bind to.
+Importing that graph into a `tf.compat.v1.wrap_function` gives a
+ConcreteFunction: callable eagerly, from inside other `tf.function`s and on
+any device, with no TFF runtime involved. This is the only fedsim module that
+reads TFF's computation protos, so an upstream change touches one file.
+
+Values cross as flat lists of tensors in the depth-first order of the TFF
+type's leaves, which is also the order of the computation's bindings.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+from tensorflow_federated.python.core.impl.computation import computation_impl
+
+
+class NotTensorFlow(Exception):
+  """A computation or value cannot be run as plain TensorFlow in this process."""
+
+
+def tensor_leaves(type_spec: tff.Type | None) -> list[tff.types.TensorType]:
+  """The tensor types of a (nested) TFF type, depth first; [] for None.
+
+  Raises:
+    NotTensorFlow: the type holds a sequence (tf.data), function or other
+      non-tensor member.
+  """
+  return list(_leaves(type_spec)) if type_spec is not None else []
+
+
+def _leaves(type_spec) -> Iterator[tff.types.TensorType]:
+  if isinstance(type_spec, tff.types.TensorType):
+    yield type_spec
+  elif isinstance(type_spec, tff.types.StructType):
+    for child in type_spec.children():
+      yield from _leaves(child)
+  elif isinstance(type_spec, tff.types.FederatedType):
+    yield from _leaves(type_spec.member)
+  else:
+    raise NotTensorFlow(f"values of type {type_spec} are not tensors")
+
+
+def tensor_specs(type_spec) -> list[tf.TensorSpec]:
+  return [tf.TensorSpec(t.shape, tf.as_dtype(t.dtype)) for t in tensor_leaves(type_spec)]
+
+
+def flatten(value: Any, type_spec) -> list[Any]:
+  """The leaves of a Python value (containers TFF accepts) in `type_spec`'s order.
+
+  Elements of a named struct are looked up by name (mappings, attrs classes,
+  namedtuples), unnamed ones by position.
+  """
+  if type_spec is None:
+    return []
+  if isinstance(type_spec, tff.types.FederatedType):
+    return flatten(value, type_spec.member)
+  if isinstance(type_spec, tff.types.TensorType):
+    return [value]
+  if isinstance(value, tff.structure.Struct):
+    value = tff.structure.to_odict_or_tuple(value, recursive=False)
+  out = []
+  for i, (name, child) in enumerate(tff.structure.iter_elements(type_spec)):
+    if name is None:
+      element = value[i]
+    elif hasattr(value, "keys"):
+      element = value[name]
+    else:
+      element = getattr(value, name)
+    out.extend(flatten(element, child))
+  return out
+
+
+def pack(leaves: Sequence[Any], type_spec) -> Any:
+  """The inverse of `flatten`: leaves in the Python containers of `type_spec`.
+
+  Tensors become NumPy values, as TFF's own runtimes return them.
+  """
+  it = iter(leaves)
+  struct = _pack_struct(it, type_spec)
+  return tff.types.type_to_py_container(struct, type_spec)
+
+
+def _pack_struct(it: Iterator[Any], type_spec):
+  if isinstance(type_spec, tff.types.FederatedType):
+    return _pack_struct(it, type_spec.member)
+  if isinstance(type_spec, tff.types.TensorType):
+    value = next(it)
+    return value.numpy() if isinstance(value, tf.Tensor) else np.asarray(value)
+  return tff.structure.Struct([
+      (name, _pack_struct(it, child))
+      for name, child in tff.structure.iter_elements(type_spec)])
+
+
+def _binding_names(binding) -> list[str]:
+  kind = binding.WhichOneof("binding")
+  if kind == "tensor":
+    return [binding.tensor.tensor_name]
+  if kind == "struct":
+    return [name for element in binding.struct.element for name in _binding_names(element)]
+  raise NotTensorFlow(f"a '{kind}' binding (e.g. a tf.data dataset) is not a tensor")
+
+
+def concrete_function(computation: tff.Computation, name: str = "computation"):
+  """`computation` as a `tf` ConcreteFunction of its flat parameter leaves.
+
+  The function returns the flat list of its result's leaves. It holds no
+  variables: each call is a pure function of its arguments (random ops draw
+  fresh numbers, as on TFF's runtime).
+
+  Raises:
+    NotTensorFlow: `computation` is not a TensorFlow computation, has
+      variables to initialize, or takes or returns non-tensor values.
+  """
+  proto = computation_impl.ConcreteComputation.get_proto(computation)
+  kind = proto.WhichOneof("computation")
+  if kind != "tensorflow":
+    raise NotTensorFlow(f"{name} is a '{kind}' computation, not TensorFlow")
+  body = proto.tensorflow
+  if body.initialize_op:
+    raise NotTensorFlow(f"{name} uses TensorFlow variables")
+  graph_def = tf.compat.v1.GraphDef()
+  body.graph_def.Unpack(graph_def)
+  signature = computation.type_signature
+  in_names = _binding_names(body.parameter) if body.HasField("parameter") else []
+  out_names = _binding_names(body.result)
+  in_specs = tensor_specs(signature.parameter)
+  if len(in_specs) != len(in_names) or len(tensor_leaves(signature.result)) != len(out_names):
+    raise NotTensorFlow(f"{name}: bindings do not match its type {signature}")
+  node_names = {node.name for node in graph_def.node}
+  token = body.session_token_tensor_name
+  token_dtype = None
+  if token and token.split(":")[0] in node_names:
+    node = next(n for n in graph_def.node if n.name == token.split(":")[0])
+    token_dtype = tf.as_dtype(node.attr["dtype"].type)
+
+  def imported(*args):
+    input_map = dict(zip(in_names, args))
+    if token_dtype is not None:
+      # Only TFF's session-scoped resources read the token; a run here has none.
+      input_map[token] = tf.zeros([], token_dtype)
+    return tf.graph_util.import_graph_def(
+        graph_def, input_map=input_map, return_elements=out_names, name=name)
+
+  return tf.compat.v1.wrap_function(imported, in_specs, name=name)

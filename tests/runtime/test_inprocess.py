@@ -1,0 +1,184 @@
+"""The `inprocess` runtime gives what TFF's runtime gives, and refuses what it cannot run."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import pytest
+import tensorflow_federated as tff
+
+from fedsim.compression import parse_compression
+from fedsim.errors import UserError
+from fedsim.learning import local_training
+from fedsim.runtime import inprocess
+from tests.learning import builders
+
+
+def _clients(seed, steps, batch=2, dim=3, classes=2):
+  """Clients with `steps[i]` batches each; the last batch of each is half padding."""
+  rng = np.random.default_rng(seed)
+  out = []
+  for n in steps:
+    mask = np.ones((n, batch), np.float32)
+    mask[-1, 1:] = 0.0
+    out.append({"x": rng.normal(size=(n, batch, dim)).astype(np.float32),
+                "y": rng.integers(0, classes, (n, batch)).astype(np.int32), "mask": mask})
+  return out
+
+
+ROUNDS = [_clients(1, [2, 3, 1]), _clients(2, [1, 4])]
+
+
+def _run(process):
+  state = process.initialize()
+  measurements = []
+  for data in ROUNDS:
+    state, m = process.next(state, data)
+    measurements.append(m)
+  return state, measurements
+
+
+def _leaves(value):
+  return [np.asarray(v) for v in tff.structure.flatten(tff.structure.from_container(
+      value, recursive=True))]
+
+
+# chunk_bytes=1: one graph call per client, as for clients too big to batch.
+@pytest.mark.parametrize("params,compression,chunk_bytes", [
+    ({"client_optimizer": {"name": "sgd", "learning_rate": 0.4}}, None, 1),
+    ({"client_optimizer": {"name": "adam", "learning_rate": 0.05},
+      "server_optimizer": {"name": "sgd", "learning_rate": 0.7, "momentum": 0.9},
+      "client_weighting": "uniform", "gradient_accumulation_steps": 2}, None, 2**26),
+    ({"client_optimizer": {"name": "sgd", "learning_rate": 0.4}},
+     {"broadcast": {"encoder": "uniform", "bits": 8, "min_elements": 1,
+                    "rounding": "deterministic"},
+      "aggregation": {"encoder": "uniform", "bits": 8, "min_elements": 1,
+                      "rounding": "deterministic"}}, 2**26),
+])
+def test_same_state_and_metrics_as_tff_runtime(tff_runtime, params, compression, chunk_bytes):
+  model = builders.task_model(num_classes=2)
+  alg = builders.algorithm("fedavg", params, model,
+                           compression=parse_compression(compression))
+  expected_state, expected_metrics = _run(alg.process)
+  local = inprocess.InProcessProcess(alg.process, "cpu", chunk_bytes=chunk_bytes)
+  state, metrics = _run(local)
+
+  assert type(state) is type(expected_state)
+  assert metrics[0].keys() == expected_metrics[0].keys()
+  for got, want in [(state, expected_state), (metrics, expected_metrics)]:
+    got, want = _leaves(got), _leaves(want)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+      assert g.dtype == w.dtype and g.shape == w.shape
+      np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+  # Each client's last batch holds one example: 3 + 5 + 1 examples in round 1.
+  assert float(metrics[0]["client_work"]["num_examples"]) == 3 + 5 + 1
+  assert not np.allclose(alg.model_weights(state).trainable[0],
+                         model.initial_weights.trainable[0])
+
+
+def test_initialize_matches_tff_runtime(tff_runtime):
+  alg = builders.algorithm("fedavg", {}, builders.task_model())
+  expected = alg.process.initialize()
+  got = inprocess.InProcessProcess(alg.process, "cpu").initialize()
+  assert type(got) is type(expected)
+  for g, w in zip(_leaves(got), _leaves(expected)):
+    np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("requested,gpus,device", [
+    ("auto", [], "/CPU:0"), ("auto", ["gpu0"], "/GPU:0"), ("cpu", ["gpu0"], "/CPU:0"),
+    ("cpu", [], "/CPU:0"), ("gpu", ["gpu0", "gpu1"], "/GPU:0"),
+])
+def test_select_device(requested, gpus, device):
+  assert inprocess.select_device(requested, gpus) == device
+
+
+def test_select_device_asks_tensorflow():
+  # These machines have no GPU: 'auto' must fall back to the CPU.
+  assert inprocess.select_device("auto") == "/CPU:0"
+
+
+@pytest.mark.parametrize("requested,message", [
+    ("gpu", "runtime.device: 'gpu' but TensorFlow sees no GPU"),
+    ("tpu", "runtime.device: unknown device 'tpu'"),
+])
+def test_select_device_rejects(requested, message):
+  with pytest.raises(UserError, match=message):
+    inprocess.select_device(requested, [])
+
+
+def _two_phase_process():
+  """Broadcasts a sum of client values back for a second aggregation: no MapReduceForm."""
+  @tff.federated_computation()
+  def init():
+    return tff.federated_value(0.0, tff.SERVER)
+
+  @tff.federated_computation(tff.FederatedType(np.float32, tff.SERVER),
+                             tff.FederatedType(np.float32, tff.CLIENTS))
+  def next_fn(state, data):
+    del state
+    total = tff.federated_sum(data)
+    again = tff.federated_broadcast(total)
+    return tff.federated_sum(tff.federated_map(
+        tff.tensorflow.computation(lambda a, b: a + b, np.float32, np.float32),
+        (again, data)))
+
+  return tff.templates.IterativeProcess(init, next_fn)
+
+
+def _stateful_clients_process():
+  @tff.federated_computation()
+  def init():
+    return tff.federated_value(0.0, tff.CLIENTS)
+
+  @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS),
+                             tff.FederatedType(np.float32, tff.CLIENTS))
+  def next_fn(state, data):
+    return tff.federated_map(
+        tff.tensorflow.computation(lambda a, b: a + b, np.float32, np.float32), (state, data))
+
+  return tff.templates.IterativeProcess(init, next_fn)
+
+
+def _tf_data_process():
+  def model_fn():
+    import tensorflow as tf
+    keras_model = tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(3,)),
+                                       tf.keras.layers.Dense(2)])
+    return tff.learning.models.from_keras_model(
+        keras_model, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        input_spec=(tf.TensorSpec([None, 3], tf.float32), tf.TensorSpec([None], tf.int32)))
+
+  return tff.learning.algorithms.build_weighted_fed_avg(
+      model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1))
+
+
+@pytest.mark.parametrize("build,message", [
+    (_two_phase_process, "no MapReduceForm"),
+    (_stateful_clients_process, "stateful clients"),
+    (_tf_data_process, "client data must be tensors"),
+])
+def test_processes_it_cannot_run_are_refused(build, message):
+  with pytest.raises(inprocess.NotCompilable, match=message) as error:
+    inprocess.InProcessProcess(build(), "cpu")
+  assert "\n" not in str(error.value)  # one line, for the run loop's notice
+
+
+def test_tensorflow_function_matches_tff_runtime(tff_runtime):
+  """The evaluator's kind of computation: (weights, batches) -> sums."""
+  model = builders.task_model()
+
+  @tff.tensorflow.computation(model.weights_type, model.client_data_type(2))
+  def stats(model_weights, batches):
+    return local_training.evaluate(model.predict, model_weights.trainable, batches)
+
+  batches = _clients(3, [4])[0]
+  expected = stats(model.initial_weights, batches)
+  got = inprocess.tensorflow_function(stats, "cpu")(model.initial_weights, batches)
+  assert type(got) is type(expected)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-6)
+  assert float(got[2]) == 4 * 2 - 1
