@@ -1,0 +1,259 @@
+"""Comparing the runs of one experiment by accuracy and by bits on the wire.
+
+Everything is read back from what runs wrote (`config.yaml`, `metrics.csv`,
+`status`), so a comparison needs neither TensorFlow nor the runs' process,
+and works on runs still going or cut short.
+
+Ratios vs. uncompressed are per client and per round, from the runs' own
+`*_bits_per_client` columns: the reference is a run of the same experiment
+that sends the same model uncompressed. Without such a run the ratio is not
+known and is reported as such rather than estimated from a formula.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+from typing import Any, Mapping, Sequence
+
+import yaml
+
+from fedsim.errors import UserError
+from fedsim.reporting.rundir import read_status
+from fedsim.reporting.sinks import read_metrics_csv
+from fedsim.reporting.units import format_bits
+
+PLOT_NAME = "accuracy_vs_bits.png"
+_ACCURACY = "eval/accuracy"
+_DIRECTIONS = ("broadcast", "aggregate")
+# Encoders that send every tensor as it is: a run using only these is a reference.
+_LOSSLESS_ENCODERS = frozenset({"identity"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One run directory as written by fedsim: name, status, config and metrics."""
+
+  name: str
+  path: pathlib.Path
+  status: str                      # 'completed', 'failed', 'running' or 'unknown'
+  message: str                     # why a run failed, from its status file
+  config: Mapping[str, Any]        # the resolved config.yaml
+  metrics: Sequence[Mapping[str, float]]  # one dict per round, as in metrics.csv
+
+  @property
+  def uncompressed(self) -> bool:
+    """True if neither direction encodes anything (no or only lossless encoders)."""
+    compression = self.config.get("compression") or {}
+    return all((spec or {}).get("encoder") in _LOSSLESS_ENCODERS
+               for spec in compression.values())
+
+  def total_bits(self, direction: str) -> int | None:
+    """Bits sent in `direction` ('broadcast'/'aggregate') over the recorded rounds."""
+    if not self.metrics:
+      return None
+    cumulative = self.metrics[-1].get(f"cumulative_{direction}_bits")
+    if cumulative is not None:
+      return int(cumulative)
+    return int(sum(row.get(f"{direction}_bits", 0) for row in self.metrics))
+
+  def mean_bits_per_client(self, direction: str) -> float | None:
+    """Mean over rounds of `<direction>_bits_per_client`; None if never recorded."""
+    values = [row[f"{direction}_bits_per_client"] for row in self.metrics
+              if f"{direction}_bits_per_client" in row]
+    return sum(values) / len(values) if values else None
+
+  def accuracy_vs_bits(self) -> tuple[list[float], list[float]]:
+    """(cumulative broadcast + aggregate bits, eval accuracy) at each eval round."""
+    bits, accuracy = [], []
+    for row in self.metrics:
+      if _ACCURACY in row:
+        bits.append(row.get("cumulative_broadcast_bits", 0)
+                    + row.get("cumulative_aggregate_bits", 0))
+        accuracy.append(row[_ACCURACY])
+    return bits, accuracy
+
+
+def _read_config(path: pathlib.Path) -> Mapping[str, Any]:
+  try:
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+  except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+    raise UserError(f"{path}: cannot read run config ({e.__class__.__name__})") from None
+  if not isinstance(data, dict):
+    raise UserError(f"{path}: not a fedsim run config (expected a mapping)")
+  return data
+
+
+def _is_run_dir(path: pathlib.Path) -> bool:
+  return (path / "metrics.csv").is_file() and (path / "config.yaml").is_file()
+
+
+def load_runs(experiment_dir: str | os.PathLike) -> list[Run]:
+  """Reads every run directory directly under `experiment_dir`.
+
+  A run directory holds `metrics.csv` and `config.yaml`; other entries are
+  skipped. Runs are ordered by when they started (config.yaml's mtime), then
+  by name, so variants appear in the order `fedsim run` ran them.
+
+  Returns:
+    The runs, possibly failed or still running.
+
+  Raises:
+    UserError: naming the path, if it is not a directory, holds no run, is
+      itself a run directory, or a run's files cannot be read.
+  """
+  root = pathlib.Path(experiment_dir)
+  if not root.exists():
+    raise UserError(f"{root}: no such directory")
+  if not root.is_dir():
+    raise UserError(f"{root}: not a directory (expected an experiment directory such as"
+                    " runs/<name>)")
+  if _is_run_dir(root):
+    raise UserError(f"{root}: is a single run; pass its experiment directory {root.parent}")
+  found = sorted((p for p in root.iterdir()
+                  if not p.name.startswith(".") and p.is_dir() and _is_run_dir(p)),
+                 key=lambda p: ((p / "config.yaml").stat().st_mtime_ns, p.name))
+  if not found:
+    raise UserError(f"{root}: no run directories (with metrics.csv and config.yaml) in it")
+  runs = []
+  for path in found:
+    status, message = read_status(path)
+    runs.append(Run(name=path.name, path=path, status=status or "unknown", message=message,
+                    config=_read_config(path / "config.yaml"),
+                    metrics=read_metrics_csv(path / "metrics.csv")))
+  return runs
+
+
+def _reference_for(run: Run, runs: Sequence[Run]) -> Run | None:
+  """The uncompressed run that sends the same model as `run`, if any.
+
+  Among several, one of the same algorithm wins, then a completed one, then
+  the first in run order: all of them send the same model bits.
+  """
+  candidates = [r for r in runs if r.uncompressed and r.config.get("model") == run.config.get(
+      "model") and r.mean_bits_per_client("broadcast") is not None]
+  if not candidates:
+    return None
+  algorithm = (run.config.get("algorithm") or {}).get("name")
+  return min(candidates, key=lambda r: (
+      (r.config.get("algorithm") or {}).get("name") != algorithm, r.status != "completed"))
+
+
+def compare_runs(experiment_dir: str | os.PathLike) -> list[dict[str, Any]]:
+  """The comparison table of an experiment, one dict per run (for notebooks).
+
+  Keys: 'variant' (run directory name), 'status', 'rounds' (recorded),
+  'eval/accuracy' (last evaluated; None if never), 'broadcast_bits' and
+  'aggregate_bits' (totals over the recorded rounds, bits), 'broadcast_ratio'
+  and 'aggregate_ratio' (the reference's bits per client / this run's:
+  how many times less it sends; None without a reference), 'reference' (the
+  uncompressed run the ratios are relative to, or None).
+
+  Raises:
+    UserError: as `load_runs`.
+  """
+  runs = load_runs(experiment_dir)
+  rows = []
+  for run in runs:
+    reference = _reference_for(run, runs)
+    row: dict[str, Any] = {
+        "variant": run.name,
+        "status": run.status,
+        "rounds": len(run.metrics),
+        _ACCURACY: next((r[_ACCURACY] for r in reversed(run.metrics) if _ACCURACY in r), None),
+    }
+    for direction in _DIRECTIONS:
+      row[f"{direction}_bits"] = run.total_bits(direction)
+    for direction in _DIRECTIONS:
+      mine = run.mean_bits_per_client(direction)
+      ratio = None
+      if reference is not None and mine:
+        ratio = reference.mean_bits_per_client(direction) / mine
+      row[f"{direction}_ratio"] = ratio
+    row["reference"] = reference.name if reference is not None else None
+    rows.append(row)
+  return rows
+
+
+def _cell(value: Any, kind: str) -> str:
+  if value is None:
+    return "n/a" if kind == "ratio" else "-"
+  return {"accuracy": lambda v: f"{v:.4f}", "bits": format_bits,
+          "ratio": lambda v: f"{v:.2f}x"}.get(kind, str)(value)
+
+
+_COLUMNS = (("variant", "variant", "text"), ("status", "status", "text"),
+            ("rounds", "rounds", "text"), (_ACCURACY, "eval/accuracy", "accuracy"),
+            ("broadcast_bits", "broadcast", "bits"), ("aggregate_bits", "aggregate", "bits"),
+            ("broadcast_ratio", "broadcast ratio", "ratio"),
+            ("aggregate_ratio", "aggregate ratio", "ratio"))
+
+
+def format_comparison(rows: Sequence[Mapping[str, Any]]) -> str:
+  """The rows of `compare_runs` as an aligned text table plus a note on ratios."""
+  table = [[title for _, title, _ in _COLUMNS]]
+  table += [[_cell(row.get(key), kind) for key, _, kind in _COLUMNS] for row in rows]
+  widths = [max(len(line[i]) for line in table) for i in range(len(_COLUMNS))]
+  lines = ["  ".join(cell.ljust(w) if i < 3 else cell.rjust(w)
+                     for i, (cell, w) in enumerate(zip(line, widths))).rstrip()
+           for line in table]
+  references = sorted({row["reference"] for row in rows if row.get("reference")})
+  if references:
+    lines.append(f"ratio: bits per client of the uncompressed run"
+                 f" ({', '.join(references)}) / this run's; higher sends less")
+  else:
+    lines.append("ratio: n/a, no uncompressed run of the same model in this experiment")
+  return "\n".join(lines)
+
+
+def plot_accuracy_vs_bits(experiment_dir: str | os.PathLike,
+                          output: str | os.PathLike | None = None) -> pathlib.Path:
+  """Plots eval accuracy against cumulative bits (broadcast + aggregate), log x.
+
+  One line per run that has evaluated at least once. Uses matplotlib's Agg
+  canvas directly, so the global backend (e.g. a notebook's) is untouched.
+
+  Args:
+    experiment_dir: the experiment directory, as for `load_runs`.
+    output: the PNG file; default `<experiment_dir>/accuracy_vs_bits.png`.
+
+  Returns:
+    The path of the written PNG.
+
+  Raises:
+    UserError: as `load_runs`, or if the PNG cannot be written.
+  """
+  from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=g-import-not-at-top
+  from matplotlib import ticker  # pylint: disable=g-import-not-at-top
+  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
+
+  runs = load_runs(experiment_dir)
+  output = pathlib.Path(output) if output is not None else pathlib.Path(experiment_dir) / PLOT_NAME
+  figure = Figure(figsize=(7, 4.5), dpi=100)
+  FigureCanvasAgg(figure)
+  axes = figure.add_subplot()
+  plotted = 0
+  for run in runs:
+    bits, accuracy = run.accuracy_vs_bits()
+    if bits and all(b > 0 for b in bits):  # log axis: zero bits cannot be placed
+      label = run.name if run.status in ("completed", "unknown") else f"{run.name} ({run.status})"
+      axes.plot(bits, accuracy, marker="." if len(bits) < 30 else None, label=label)
+      plotted += 1
+  axes.set_xscale("log", base=2)
+  # Ticks on powers of two read as round binary units: 256 Mibit, 1 Gibit, ...
+  axes.xaxis.set_major_locator(ticker.LogLocator(base=2, numticks=8))
+  axes.xaxis.set_major_formatter(ticker.FuncFormatter(lambda bits, _: format_bits(bits)))
+  axes.xaxis.set_minor_formatter(ticker.NullFormatter())
+  axes.set_xlabel("cumulative bits communicated (broadcast + aggregate)")
+  axes.set_ylabel(_ACCURACY)
+  axes.set_title(pathlib.Path(experiment_dir).resolve().name)
+  axes.grid(True, which="both", alpha=0.3)
+  if plotted:
+    axes.legend()
+  figure.tight_layout()
+  try:
+    figure.savefig(output, format="png")
+  except OSError as e:
+    raise UserError(f"cannot write plot {output}: {e.strerror or e}") from None
+  return output

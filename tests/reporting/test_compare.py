@@ -1,0 +1,192 @@
+"""`fedsim compare`: the table, the ratios and the plot, from run directories on disk."""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from fedsim import cli
+from fedsim.errors import UserError
+from fedsim.reporting import CsvSink, write_config, write_status
+from fedsim.reporting.compare import (PLOT_NAME, compare_runs, format_comparison, load_runs,
+                                      plot_accuracy_vs_bits)
+
+MLP = {"name": "mlp", "hidden": [4], "activation": "relu"}
+FEDAVG = {"name": "fedavg"}
+UNIFORM8 = {"broadcast": {"encoder": "uniform", "bits": 8, "min_elements": 10},
+            "aggregation": {"encoder": "uniform", "bits": 8, "min_elements": 10}}
+CLIENTS = 10
+
+
+def _rows(per_client, accuracies):
+  """metrics.csv rows of a run with fixed bits per client, CLIENTS clients a round."""
+  broadcast, aggregate = per_client
+  rows = []
+  for round_num, accuracy in enumerate(accuracies, start=1):
+    row = {"round": round_num, "train/loss": 1.0 / round_num,
+           "broadcast_bits": broadcast * CLIENTS, "aggregate_bits": aggregate * CLIENTS,
+           "cumulative_broadcast_bits": broadcast * CLIENTS * round_num,
+           "cumulative_aggregate_bits": aggregate * CLIENTS * round_num,
+           "broadcast_bits_per_client": broadcast, "aggregate_bits_per_client": aggregate}
+    if accuracy is not None:
+      row["eval/accuracy"] = accuracy
+    rows.append(row)
+  return rows
+
+
+def _write_run(root, name, rows, *, compression=None, model=MLP, status="completed",
+               message="", started=0):
+  run_dir = root / name
+  run_dir.mkdir(parents=True)
+  config = {"name": root.name, "model": model, "algorithm": FEDAVG}
+  if compression is not None:
+    config["compression"] = compression
+  write_config(run_dir, config)
+  sink = CsvSink(run_dir / "metrics.csv")
+  for row in rows:
+    sink.write(row["round"], row)
+  sink.close()
+  if status:
+    write_status(run_dir, status, message)
+  # Runs are listed in the order they started: pin it rather than trust clock resolution.
+  os.utime(run_dir / "config.yaml", ns=(started, 1_000_000_000 + started))
+  return run_dir
+
+
+@pytest.fixture
+def experiment(tmp_path):
+  """none (uncompressed), uniform8, a diverged run and a run still going; plus clutter."""
+  root = tmp_path / "compare_encoders"
+  _write_run(root, "none", _rows((1000, 1064), [0.5, 0.75]), started=1)
+  _write_run(root, "uniform8", _rows((250, 400), [0.5, 0.7]), compression=UNIFORM8, started=2)
+  _write_run(root, "diverged", _rows((250, 400), [None]), compression=UNIFORM8,
+             status="failed", message="round 2: training diverged", started=3)
+  _write_run(root, "going", _rows((1000, 1064), [0.25]), started=4, status="running")
+  (root / "no-metrics").mkdir()
+  write_config(root / "no-metrics", {"name": "x"})  # e.g. a run killed before round 1
+  (root / "notes.txt").write_text("not a run")
+  return root
+
+
+def test_rows_hold_totals_accuracy_and_per_client_ratios(experiment):
+  common = {"reference": "none"}
+  assert compare_runs(experiment) == [
+      {"variant": "none", "status": "completed", "rounds": 2, "eval/accuracy": 0.75,
+       "broadcast_bits": 20_000, "aggregate_bits": 21_280,
+       "broadcast_ratio": 1.0, "aggregate_ratio": 1.0, **common},
+      {"variant": "uniform8", "status": "completed", "rounds": 2, "eval/accuracy": 0.7,
+       "broadcast_bits": 5_000, "aggregate_bits": 8_000,
+       "broadcast_ratio": 4.0, "aggregate_ratio": 2.66, **common},
+      # Per client, so a run cut short compares like one that finished.
+      {"variant": "diverged", "status": "failed", "rounds": 1, "eval/accuracy": None,
+       "broadcast_bits": 2_500, "aggregate_bits": 4_000,
+       "broadcast_ratio": 4.0, "aggregate_ratio": 2.66, **common},
+      {"variant": "going", "status": "running", "rounds": 1, "eval/accuracy": 0.25,
+       "broadcast_bits": 10_000, "aggregate_bits": 10_640,
+       "broadcast_ratio": 1.0, "aggregate_ratio": 1.0, **common},
+  ]
+
+
+def test_table_text(experiment):
+  assert format_comparison(compare_runs(experiment)).splitlines() == [
+      "variant   status     rounds  eval/accuracy   broadcast   aggregate"
+      "  broadcast ratio  aggregate ratio",
+      "none      completed  2              0.7500  19.5 Kibit  20.8 Kibit"
+      "            1.00x            1.00x",
+      "uniform8  completed  2              0.7000  4.88 Kibit  7.81 Kibit"
+      "            4.00x            2.66x",
+      "diverged  failed     1                   -  2.44 Kibit  3.91 Kibit"
+      "            4.00x            2.66x",
+      "going     running    1              0.2500  9.77 Kibit  10.4 Kibit"
+      "            1.00x            1.00x",
+      "ratio: bits per client of the uncompressed run (none) / this run's; higher sends less",
+  ]
+
+
+def test_without_an_uncompressed_run_of_the_same_model_ratios_are_not_invented(tmp_path):
+  root = tmp_path / "exp"
+  _write_run(root, "uniform8", _rows((250, 400), [0.5]), compression=UNIFORM8, started=1)
+  # Uncompressed, but a different model: its bits say nothing about uniform8's.
+  _write_run(root, "wide", _rows((9000, 9064), [0.5]), model={**MLP, "hidden": [64]},
+             started=2)
+  rows = compare_runs(root)
+  assert [(r["variant"], r["broadcast_ratio"], r["aggregate_ratio"], r["reference"])
+          for r in rows] == [("uniform8", None, None, None), ("wide", 1.0, 1.0, "wide")]
+  text = format_comparison(rows[:1])
+  assert text.splitlines()[1].endswith("n/a              n/a")
+  assert text.splitlines()[-1] == (
+      "ratio: n/a, no uncompressed run of the same model in this experiment")
+
+
+@pytest.mark.parametrize("compression", [
+    {}, {"broadcast": {"encoder": "identity", "min_elements": 10000}},
+])
+def test_empty_or_identity_compression_is_a_reference(tmp_path, compression):
+  root = tmp_path / "exp"
+  _write_run(root, "plain", _rows((1000, 1064), [0.5]), compression=compression, started=1)
+  _write_run(root, "uniform8", _rows((500, 532), [0.5]), compression=UNIFORM8, started=2)
+  assert [(r["reference"], r["broadcast_ratio"], r["aggregate_ratio"])
+          for r in compare_runs(root)] == [("plain", 1.0, 1.0), ("plain", 2.0, 2.0)]
+
+
+def test_runs_are_listed_in_the_order_they_started(tmp_path):
+  root = tmp_path / "exp"
+  for name, started in [("b", 1), ("c", 2), ("a", 3)]:
+    _write_run(root, name, _rows((8, 8), [0.5]), started=started)
+  assert [run.name for run in load_runs(root)] == ["b", "c", "a"]
+
+
+def test_plot_is_a_png_in_the_experiment_dir(experiment):
+  runs = {run.name: run for run in load_runs(experiment)}
+  # broadcast + aggregate: (250 + 400) bits x 10 clients a round.
+  assert runs["uniform8"].accuracy_vs_bits() == ([6_500, 13_000], [0.5, 0.7])
+  assert runs["diverged"].accuracy_vs_bits() == ([], [])
+  path = plot_accuracy_vs_bits(experiment)
+  assert path == experiment / PLOT_NAME
+  data = path.read_bytes()
+  assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+  assert struct.unpack(">II", data[16:24]) == (700, 450)  # 7 x 4.5 in at 100 dpi
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda root: root / "missing", "{path}: no such directory"),
+    (lambda root: root / "none" / "metrics.csv",
+     "{path}: not a directory (expected an experiment directory such as runs/<name>)"),
+    (lambda root: root / "none",
+     "{path}: is a single run; pass its experiment directory {path.parent}"),
+    (lambda root: root / "no-metrics",
+     "{path}: no run directories (with metrics.csv and config.yaml) in it"),
+])
+def test_bad_paths_name_the_path(experiment, make, message):
+  path = make(experiment)
+  with pytest.raises(UserError) as e:
+    compare_runs(path)
+  assert str(e.value) == message.format(path=path)
+
+
+def test_a_broken_run_file_names_the_file(experiment):
+  (experiment / "uniform8" / "config.yaml").write_text("- just\n- a list\n")
+  with pytest.raises(UserError, match=r"uniform8/config.yaml: not a fedsim run config"):
+    compare_runs(experiment)
+
+
+def test_cli_prints_the_table_and_the_plot_path(experiment, capsys):
+  assert cli.main(["compare", str(experiment)]) == 0
+  out = capsys.readouterr().out.splitlines()
+  assert out[0].startswith("variant   status")
+  assert out[-1] == f"plot: {experiment / PLOT_NAME}"
+  assert (experiment / PLOT_NAME).is_file()
+
+
+def test_cli_bad_path_exits_2_with_one_line(tmp_path):
+  missing = tmp_path / "runs" / "nope"
+  result = subprocess.run([sys.executable, "-m", "fedsim.cli", "compare", str(missing)],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=120)
+  assert result.returncode == 2
+  assert result.stdout == ""
+  assert result.stderr == f"fedsim: error: {missing}: no such directory\n"
