@@ -36,11 +36,39 @@ def _parser() -> argparse.ArgumentParser:
   run.add_argument("--logdir", default="runs", help="root directory of runs (default: runs)")
   run.add_argument("--no-progress", action="store_true",
                    help="no progress bar (it is off anyway when stdout is not a terminal)")
+  start = run.add_mutually_exclusive_group()
+  start.add_argument("--resume", nargs="?", const=True, default=None, metavar="RUN_DIR",
+                     help="resume RUN_DIR from its last checkpoint, or without RUN_DIR the"
+                          " newest incomplete run (the default when one exists; with this"
+                          " flag, having none is an error)")
+  start.add_argument("--fresh", action="store_true",
+                     help="start a new run directory even if an incomplete run exists"
+                          " (nothing is deleted)")
 
   validate = sub.add_parser("validate", help="check a config without running it",
                             description="Validate a config and its variants; exit 2 with"
                                         " the offending key if anything is wrong.")
   add_config_args(validate)
+
+  compare = sub.add_parser("compare", help="compare the runs of an experiment",
+                           description="Print a table of an experiment's runs (final eval"
+                                       " accuracy, total bits each way, ratio vs. an"
+                                       " uncompressed run) and write accuracy_vs_bits.png"
+                                       " into the experiment directory.")
+  compare.add_argument("experiment_dir", metavar="DIR",
+                       help="experiment directory holding run directories, e.g. runs/<name>")
+
+  data = sub.add_parser("data", help="inspect an experiment's federated data",
+                        description="Inspect the federated data a config builds.")
+  data_sub = data.add_subparsers(dest="data_command", metavar="ACTION")
+  data_sub.required = True
+  describe = data_sub.add_parser(
+      "describe", help="clients, examples and labels per client, and a label plot",
+      description="Print the number of clients, quantiles of examples and of distinct"
+                  " labels per client, and write a label-distribution PNG.")
+  add_config_args(describe)
+  describe.add_argument("--png", default="label_distribution.png",
+                        help="where to write the plot (default: label_distribution.png)")
   return parser
 
 
@@ -69,7 +97,8 @@ def _run(args) -> int:
   from fedsim.runtime import worker
   worker.install_sigterm_handler()
   results = api.run(args.config, args.overrides, logdir=args.logdir,
-                    progress=False if args.no_progress else None)
+                    progress=False if args.no_progress else None,
+                    resume=args.resume, fresh=args.fresh)
   items = results.items() if isinstance(results, dict) else [(None, results)]
   experiment_dir = None
   for variant, result in items:
@@ -87,9 +116,22 @@ def _validate(args) -> int:
   return 0
 
 
+def _compare(args) -> int:
+  from fedsim.reporting import compare
+  print(compare.format_comparison(compare.compare_runs(args.experiment_dir)))
+  print(f"plot: {compare.plot_accuracy_vs_bits(args.experiment_dir)}")
+  return 0
+
+
+def _data(args) -> int:
+  from fedsim.data.describe import describe
+  print(describe(args.config, args.overrides, args.png))
+  return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
   args = _parser().parse_args(argv)
-  handlers = {"run": _run, "validate": _validate}
+  handlers = {"run": _run, "validate": _validate, "compare": _compare, "data": _data}
   try:
     return handlers[args.command](args)
   except UserError as e:

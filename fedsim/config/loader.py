@@ -94,10 +94,27 @@ def parse_config(raw: Mapping[str, Any]) -> ExperimentConfig:
 
 def load_config(source: str | os.PathLike | Mapping[str, Any],
                 overrides: Sequence[str] = ()) -> tuple[ExperimentConfig, dict[str, Any]]:
-  """Reads, overrides and validates a config. Returns (typed config, raw mapping)."""
-  raw = dict(source) if isinstance(source, Mapping) else read_yaml(source)
-  raw = apply_overrides(raw, overrides)
-  return parse_config(raw), raw
+  """Reads, overrides and validates a config. Returns (typed config, raw mapping).
+
+  Raises:
+    UserError: naming the file or key; also for nesting too deep to walk.
+  """
+  try:
+    raw = dict(source) if isinstance(source, Mapping) else read_yaml(source)
+    raw = apply_overrides(raw, overrides)
+    return parse_config(raw), raw
+  except RecursionError:
+    # PyYAML, deepcopy and the typed parser recurse once per nesting level.
+    where = "config" if isinstance(source, Mapping) else str(source)
+    raise UserError(f"{where}: nested too deeply to be a config") from None
+  except UserError as e:
+    # Messages quote the user's keys and names, which may hold line breaks or
+    # control characters; the error must stay one printable line.
+    text = str(e)
+    line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    if line == text:
+      raise
+    raise UserError(line) from None
 
 
 def expand_variants(raw: Mapping[str, Any]) -> list[tuple[str | None, ExperimentConfig]]:

@@ -28,6 +28,12 @@ class RuntimeConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+  every: int = bounded(10, min=1)  # checkpoint every N rounds (and always after the last)
+  keep: int = bounded(3, min=1)    # newest checkpoints kept in <run_dir>/checkpoints
+
+
+@dataclasses.dataclass(frozen=True)
 class ExperimentConfig:
   name: str
   rounds: int = bounded(min=1)
@@ -42,6 +48,7 @@ class ExperimentConfig:
   system: SystemConfig = dataclasses.field(default_factory=SystemConfig)
   eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
   runtime: RuntimeConfig = dataclasses.field(default_factory=RuntimeConfig)
+  checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
   compression: Any = custom(parse_compression, None)
   description: str = ""
   # Named overrides of this config, run one after another (see `expand_variants`).

@@ -1,7 +1,11 @@
 """The round loop: sample, pack, run one round of the process, evaluate, record.
 
 The algorithm returns measurements; everything that is written (CSV,
-TensorBoard, hparams, status, progress) happens here. TFF's
+TensorBoard, hparams, status, progress, checkpoints, the final model) happens
+here. A run resumed from a checkpoint continues exactly where the checkpoint
+left off: the sampler, the device model and client data shuffling are pure
+functions of (seed, round), and the server and client states are restored
+bit for bit, so its rounds equal those of an uninterrupted run. TFF's
 `run_training_process` is not used because it drives an asyncio loop of its
 own, which fails inside Jupyter, and a fedsim round has steps of its own
 around `next` (client packing, sizing, evaluation cadence).
@@ -18,12 +22,18 @@ from typing import Any, Callable
 import numpy as np
 
 from fedsim.errors import RunFailed
+from fedsim.experiment.checkpoint import (Checkpoint, check_free_space, export_model,
+                                          restore_client_states, save_checkpoint,
+                                          state_bytes)
 from fedsim.experiment.client_states import ClientStateStore
+from fedsim.experiment.rewind import rewind_logs
 from fedsim.experiment.simulation import Simulation, client_batches
 from fedsim.experiment.system import RoundOutcome, simulate_round
 from fedsim.reporting import (CompositeSink, CsvSink, Progress, TensorBoardSink,
-                              flat_hparams, write_hparams, write_status)
+                              flat_hparams, read_metrics_csv, write_hparams, write_status)
 from fedsim.sizing import SizeInfo
+
+FINAL_MODEL = "final_model.npz"
 
 
 @dataclasses.dataclass
@@ -73,93 +83,155 @@ def _outcome_metrics(outcome: RoundOutcome, simulated_total: float) -> dict[str,
 
 def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, Any],
                progress: bool | None = None,
-               check_runtime: Callable[[str], None] | None = None) -> RunResult:
-  """Runs every round of `sim`, writing outputs into `run_dir`.
+               check_runtime: Callable[[str], None] | None = None, *,
+               resume_from: Checkpoint | None = None,
+               on_round: Callable[[int, dict[str, float]], None] | None = None) -> RunResult:
+  """Runs the rounds of `sim` (after `resume_from`, if given) into `run_dir`.
 
   Each round samples `clients_per_round + backup_clients` clients, lets the
   device model decide which of them are aggregated, and runs the process on
   those. A round with fewer reports than `system.min_clients` is skipped
-  (logged in `events.log`), not failed. `check_runtime(during)` raises
-  RunFailed if the runtime died; it is called when a round fails, so a dead
-  worker is reported as such.
+  (logged in `events.log`), not failed. Every `checkpoint.every` rounds and
+  after the last, the whole state is checkpointed (see `checkpoint.py`); at
+  the end the model is exported to `final_model.npz`. `check_runtime(during)`
+  raises RunFailed if the runtime died; it is called when a round fails, so a
+  dead worker is reported as such. `on_round(round, metrics)` is called after
+  each round is logged and checkpointed.
+
+  Returns:
+    The RunResult with the metrics of every round, resumed ones included.
 
   Raises:
-    RunFailed: the model diverged (non-finite loss) or the runtime died;
-      metrics of completed rounds stay on disk and `status` says 'failed'.
+    UserError: too little free disk space for the checkpoints.
+    RunFailed: the model diverged (non-finite loss), the runtime died or a
+      checkpoint could not be written; completed rounds and the last good
+      checkpoint stay on disk and `status` says 'failed' with the reason.
   """
   config = sim.config
-  sinks = CompositeSink([CsvSink(run_dir / "metrics.csv"), TensorBoardSink(run_dir)])
-  # Eval accuracy against cumulative simulated seconds (TensorBoard's step axis).
-  time_sink = TensorBoardSink(run_dir / "simulated_time")
-  bar = Progress(config.rounds, enabled=progress)
-  sizes = SizeInfo(per_client=sim.wire)
-  history: list[dict[str, float]] = []
-  process = sim.algorithm.process
-  states = (ClientStateStore(run_dir / "client_states", sim.algorithm.initial_client_state)
-            if sim.algorithm.stateful_clients else None)
-  simulated_total = 0.0
+  start = resume_from.round_num if resume_from is not None else 0
+  round_num = start
+  sinks = time_sink = None
+  bar = Progress(config.rounds, enabled=progress, start_round=start)
   write_status(run_dir, "running")
-  round_num = 0
   try:
-    state = process.initialize()
-    for round_num in range(1, config.rounds + 1):
-      sampled = sim.sampler.sample(round_num, config.clients_per_round + config.backup_clients)
-      packed = client_batches(sim, round_num, sampled)
-      outcome = simulate_round(
-          config.system, sampled, {c: float(packed[c]["mask"].sum()) for c in sampled},
-          config.clients_per_round, config.seed, round_num)
-      simulated_total += outcome.round_seconds
-      metrics: dict[str, float] = {"round": round_num}
-      seconds = 0.0
-      if outcome.skipped:
-        _log_event(run_dir, f"round {round_num}: skipped, {len(outcome.sampled) - len(outcome.failed)}"
-                   f" of {len(outcome.sampled)} sampled clients reported, fewer than"
-                   f" system.min_clients={config.system.min_clients}")
-      else:
-        data = [packed[c] for c in outcome.aggregated]
-        start = time.perf_counter()
-        if states is None:
-          state, measurements = process.next(state, data)
-        else:
-          state, measurements, new_states = process.next(
-              state, data, states.load(outcome.aggregated))
-          states.save(outcome.aggregated, new_states)
-        seconds = time.perf_counter() - start
-        metrics.update(_round_metrics(measurements))
-        if not math.isfinite(metrics["train/loss"]) or metrics.get("server/update_non_finite"):
-          raise RunFailed(f"round {round_num}: training diverged (train/loss ="
-                          f" {metrics['train/loss']}); try a smaller learning rate")
-      metrics.update(_outcome_metrics(outcome, simulated_total))
-      metrics["round_seconds"] = seconds
-      metrics.update(sizes.round_metrics(len(outcome.sampled), len(outcome.aggregated)))
+    state = sim.algorithm.process.initialize()
+    sizes = SizeInfo(per_client=sim.wire)
+    simulated_total = 0.0
+    if resume_from is not None:
+      state = resume_from.server_state(state)
+      sizes.broadcast_history = list(resume_from.broadcast_history)
+      sizes.aggregate_history = list(resume_from.aggregate_history)
+      simulated_total = resume_from.simulated_seconds
+      rewind_logs(run_dir, resume_from)
+      if sim.algorithm.stateful_clients:
+        restore_client_states(resume_from, run_dir / "client_states")
+    states = (ClientStateStore(run_dir / "client_states", sim.algorithm.initial_client_state)
+              if sim.algorithm.stateful_clients else None)
+    check_free_space(run_dir, _disk_needed(sim, state, states))
+    csv_sink = CsvSink(run_dir / "metrics.csv",
+                       resume_after_round=start if resume_from is not None else None)
+    history = read_metrics_csv(csv_sink.path) if start and csv_sink.path.exists() else []
+    sinks = CompositeSink([csv_sink, TensorBoardSink(run_dir)])
+    # Eval accuracy against cumulative simulated seconds (TensorBoard's step axis).
+    time_sink = TensorBoardSink(run_dir / "simulated_time")
+    for round_num in range(start + 1, config.rounds + 1):
+      state, metrics, simulated_total = _play_round(
+          sim, state, states, round_num, simulated_total, sizes, run_dir)
       if round_num % config.eval.every == 0 or round_num == config.rounds:
         metrics.update(sim.evaluate(sim.algorithm.model_weights(state)))
         time_sink.write(round(simulated_total), {"eval/accuracy": metrics["eval/accuracy"]})
       sinks.write(round_num, metrics)
       history.append(metrics)
       bar.update(round_num, metrics)
-    final_weights = [np.asarray(w) for w in sim.algorithm.model_weights(state).trainable]
+      if round_num % config.checkpoint.every == 0 or round_num == config.rounds:
+        save_checkpoint(run_dir, round_num, state, simulated_total, sizes.broadcast_history,
+                        sizes.aggregate_history, config.checkpoint.keep,
+                        states.directory if states is not None else None)
+      if on_round is not None:
+        on_round(round_num, metrics)
+    weights = sim.algorithm.model_weights(state)
+    export_model(run_dir / FINAL_MODEL, weights)
+    final_weights = [np.asarray(w) for w in weights.trainable]
   except BaseException as e:
-    write_status(run_dir, "failed", str(e).splitlines()[0] if str(e) else type(e).__name__)
-    if check_runtime is not None and not isinstance(e, (RunFailed, KeyboardInterrupt)):
-      check_runtime(f"round {round_num}")
+    error = e
+    if check_runtime is not None and not isinstance(e, (KeyboardInterrupt, SystemExit)):
+      try:
+        check_runtime(f"round {round_num}" if round_num > start else "start-up")
+      except RunFailed as dead:
+        error = dead
+    write_status(run_dir, "failed",
+                 str(error).splitlines()[0] if str(error) else type(error).__name__)
+    if error is not e:
+      raise error from e
     raise
   finally:
     bar.close()
-    sinks.close()
-    time_sink.close()
+    for sink in (sinks, time_sink):
+      if sink is not None:
+        sink.close()
   final = {}
   for row in history:
     final.update(row)
   write_hparams(run_dir, flat_hparams(plain_config), {
       k: final[k] for k in ("eval/accuracy", "eval/loss", "train/loss",
                             "cumulative_broadcast_bits", "cumulative_aggregate_bits")
-      if k in final})
+      if k in final}, step=config.rounds)
   write_status(run_dir, "completed")
   return RunResult(run_dir=run_dir, metrics=history, size_info=sizes,
                    final_weights=final_weights,
                    uncompressed_bits_per_client=(sim.uncompressed_wire.broadcast,
                                                  sim.uncompressed_wire.aggregate))
+
+
+def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_num: int,
+                simulated_total: float, sizes: SizeInfo, run_dir: pathlib.Path):
+  """Runs one round. Returns (new state, its metrics, simulated seconds so far)."""
+  config = sim.config
+  sampled = sim.sampler.sample(round_num, config.clients_per_round + config.backup_clients)
+  packed = client_batches(sim, round_num, sampled)
+  outcome = simulate_round(
+      config.system, sampled, {c: float(packed[c]["mask"].sum()) for c in sampled},
+      config.clients_per_round, config.seed, round_num)
+  simulated_total += outcome.round_seconds
+  metrics: dict[str, float] = {"round": round_num}
+  seconds = 0.0
+  if outcome.skipped:
+    _log_event(run_dir, f"round {round_num}: skipped, {len(outcome.sampled) - len(outcome.failed)}"
+               f" of {len(outcome.sampled)} sampled clients reported, fewer than"
+               f" system.min_clients={config.system.min_clients}")
+  else:
+    data = [packed[c] for c in outcome.aggregated]
+    process = sim.algorithm.process
+    begin = time.perf_counter()
+    if states is None:
+      state, measurements = process.next(state, data)
+    else:
+      state, measurements, new_states = process.next(
+          state, data, states.load(outcome.aggregated))
+      states.save(outcome.aggregated, new_states)
+    seconds = time.perf_counter() - begin
+    metrics.update(_round_metrics(measurements))
+    if not math.isfinite(metrics["train/loss"]) or metrics.get("server/update_non_finite"):
+      raise RunFailed(f"round {round_num}: training diverged (train/loss ="
+                      f" {metrics['train/loss']}); try a smaller learning rate")
+  metrics.update(_outcome_metrics(outcome, simulated_total))
+  metrics["round_seconds"] = seconds
+  metrics.update(sizes.round_metrics(len(outcome.sampled), len(outcome.aggregated)))
+  return state, metrics, simulated_total
+
+
+def _disk_needed(sim: Simulation, state, states: ClientStateStore | None) -> int:
+  """Bytes a run may still write: `keep` + 1 checkpoints (one being written),
+  each with at most `every` rounds' worth of new client-state versions, the
+  live client states, the exported model and 1 MiB of logs."""
+  config = sim.config
+  server = state_bytes(state)
+  per_client = states.bytes_per_client() if states is not None else 0
+  population = len(sim.data.client_ids)
+  touched = min(population, config.checkpoint.every
+                * (config.clients_per_round + config.backup_clients))
+  return ((config.checkpoint.keep + 1) * (server + touched * per_client)
+          + population * per_client + server + 2**20)
 
 
 def _log_event(run_dir: pathlib.Path, message: str) -> None:

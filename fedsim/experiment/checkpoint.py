@@ -1,0 +1,262 @@
+"""Checkpoints: the whole simulation state after a round, written atomically.
+
+A checkpoint of round R is the directory `run_dir/checkpoints/round_<R>/`:
+
+  server_state.npz  the leaves of the TFF server state (`LearningAlgorithmState`:
+                    model, server optimizer, distributor / aggregator / encoder
+                    state), in `tf.nest.flatten` order. The structure is not
+                    stored: it is that of `process.initialize()` for the same
+                    config, which resuming insists on (see `resume.py`).
+  progress.json     the round number, cumulative simulated seconds, the bits of
+                    every round so far (SizeInfo histories) and the wall time at
+                    which the checkpoint was taken (see `rewind.py`).
+  client_states/    hard links to `run_dir/client_states/*.npz` (elastic
+                    averaging's local models). The store replaces a client's
+                    file with `os.replace`, never in place, so a link keeps the
+                    version of round R at no copying cost.
+  COMPLETE          written last.
+
+The sampler and the device model are pure functions of (seed, round), so the
+round number is all of their state. Everything is written into a temporary
+sibling directory, fsynced, marked COMPLETE and then renamed into place; a
+directory without the marker (a kill or a full disk mid-write) is never taken
+as a checkpoint, and is deleted by the next write.
+
+`tff.program.FileProgramStateManager` is not used: it writes a TF SavedModel
+per version (seconds of graph building for a few arrays) through an async API
+that would need a private event loop inside Jupyter, whereas the leaves as
+.npz are bit-exact and take milliseconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import re
+import shutil
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from fedsim.errors import RunFailed, UserError
+
+CHECKPOINTS = "checkpoints"
+COMPLETE = "COMPLETE"
+SERVER_STATE = "server_state.npz"
+PROGRESS = "progress.json"
+CLIENT_STATES = "client_states"
+_NAME = re.compile(r"round_(\d+)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+  """A complete checkpoint on disk and its bookkeeping (no arrays loaded)."""
+
+  path: pathlib.Path
+  round_num: int
+  simulated_seconds: float
+  broadcast_history: tuple[int, ...]
+  aggregate_history: tuple[int, ...]
+  wall_time: float   # time.time() when it was taken: later log events are rewound
+
+  @property
+  def client_states(self) -> pathlib.Path:
+    return self.path / CLIENT_STATES
+
+  def server_state(self, template: Any) -> Any:
+    """The saved server state, in the structure of `template`.
+
+    Raises:
+      UserError: naming the file, if it is unreadable or does not match
+        `template` (number or shapes of tensors).
+    """
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    expected = tf.nest.flatten(template)
+    path = self.path / SERVER_STATE
+    try:
+      with np.load(path) as f:
+        leaves = [f[f"arr_{i}"] for i in range(len(f.files))]
+    except (OSError, ValueError, KeyError) as e:
+      raise UserError(f"{path}: cannot read checkpoint ({e})") from None
+    shapes = [np.shape(x) for x in expected]
+    if [x.shape for x in leaves] != shapes:
+      raise UserError(f"{path}: the checkpointed server state does not match the"
+                      f" model and algorithm of the config ({len(leaves)} tensors,"
+                      f" expected {len(expected)} with shapes {shapes})")
+    return tf.nest.pack_sequence_as(template, leaves)
+
+
+def _complete_dirs(run_dir: pathlib.Path) -> list[tuple[int, pathlib.Path]]:
+  root = pathlib.Path(run_dir) / CHECKPOINTS
+  if not root.is_dir():
+    return []
+  found = []
+  for child in root.iterdir():
+    match = _NAME.fullmatch(child.name)
+    if match and (child / COMPLETE).is_file():
+      found.append((int(match.group(1)), child))
+  return sorted(found)
+
+
+def latest_checkpoint(run_dir: str | os.PathLike) -> Checkpoint | None:
+  """The newest complete checkpoint of `run_dir`, or None if it has none.
+
+  Raises:
+    UserError: naming the file, if a complete checkpoint's progress.json is
+      unreadable (it was edited or the disk lost it after the fact).
+  """
+  found = _complete_dirs(pathlib.Path(run_dir))
+  if not found:
+    return None
+  round_num, path = found[-1]
+  try:
+    info = json.loads((path / PROGRESS).read_text(encoding="utf-8"))
+    return Checkpoint(path=path, round_num=round_num,
+                      simulated_seconds=float(info["simulated_seconds"]),
+                      broadcast_history=tuple(int(b) for b in info["broadcast_history"]),
+                      aggregate_history=tuple(int(b) for b in info["aggregate_history"]),
+                      wall_time=float(info["wall_time"]))
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise UserError(f"{path / PROGRESS}: unreadable checkpoint ({e})") from None
+
+
+def _fsync_file(path: pathlib.Path) -> None:
+  fd = os.open(path, os.O_RDONLY)
+  try:
+    os.fsync(fd)
+  finally:
+    os.close(fd)
+
+
+def _write_synced(path: pathlib.Path, text: str) -> None:
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(text)
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def save_checkpoint(run_dir: str | os.PathLike, round_num: int, server_state: Any,
+                    simulated_seconds: float, broadcast_history: Sequence[int],
+                    aggregate_history: Sequence[int], keep: int,
+                    client_states: pathlib.Path | None = None) -> pathlib.Path:
+  """Writes the checkpoint of `round_num` and deletes all but the newest `keep`.
+
+  Args:
+    run_dir: the run directory.
+    round_num: the round just completed.
+    server_state: what `process.next` returned as state (numpy leaves).
+    simulated_seconds: cumulative simulated time after this round.
+    broadcast_history, aggregate_history: bits of every round so far.
+    keep: how many checkpoints to keep (>= 1).
+    client_states: the directory of per-client .npz files, if any.
+
+  Returns:
+    The checkpoint directory.
+
+  Raises:
+    RunFailed: naming the path, if anything cannot be written (e.g. a full
+      disk); no directory that would be taken as a checkpoint is left behind.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  root = pathlib.Path(run_dir) / CHECKPOINTS
+  final = root / f"round_{round_num}"
+  tmp = root / f".round_{round_num}.tmp{os.getpid()}"
+  try:
+    root.mkdir(exist_ok=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    with open(tmp / SERVER_STATE, "wb") as f:
+      np.savez(f, *[np.asarray(x) for x in tf.nest.flatten(server_state)])
+      f.flush()
+      os.fsync(f.fileno())
+    _write_synced(tmp / PROGRESS, json.dumps({
+        "round": round_num, "simulated_seconds": simulated_seconds,
+        "broadcast_history": [int(b) for b in broadcast_history],
+        "aggregate_history": [int(b) for b in aggregate_history],
+        "wall_time": time.time()}))
+    if client_states is not None:
+      _link_client_states(client_states, tmp / CLIENT_STATES)
+    _write_synced(tmp / COMPLETE, f"round {round_num}\n")
+    _fsync_file(tmp)
+    if final.exists():  # Left by an earlier life of this run at the same round.
+      shutil.rmtree(final)
+    os.rename(tmp, final)
+    _fsync_file(root)
+  except OSError as e:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise RunFailed(f"cannot write checkpoint {final}: {e.strerror or e}") from None
+  _prune(root, keep)
+  return final
+
+
+def _link_client_states(source: pathlib.Path, target: pathlib.Path) -> None:
+  target.mkdir()
+  if not source.is_dir():
+    return
+  for path in source.iterdir():
+    # `*.tmp.npz` is a save that a kill interrupted: not a client state.
+    if path.suffix == ".npz" and not path.name.endswith(".tmp.npz"):
+      os.link(path, target / path.name)
+
+
+def restore_client_states(checkpoint: Checkpoint, directory: pathlib.Path) -> None:
+  """Makes `directory` hold exactly the client states of `checkpoint`.
+
+  Files are hard-linked, not copied; the store replaces files rather than
+  writing into them, so the checkpoint's versions stay intact.
+  """
+  staging = directory.with_name(f".{directory.name}.restore")
+  retired = directory.with_name(f".{directory.name}.old")
+  for leftover in (staging, retired):  # From a kill during an earlier restore.
+    shutil.rmtree(leftover, ignore_errors=True)
+  _link_client_states(checkpoint.client_states, staging)
+  if directory.exists():
+    os.rename(directory, retired)
+  os.rename(staging, directory)
+  shutil.rmtree(retired, ignore_errors=True)
+
+
+def _prune(root: pathlib.Path, keep: int) -> None:
+  for child in root.iterdir():
+    if child.name.startswith(".round_"):  # A write that died half way.
+      shutil.rmtree(child, ignore_errors=True)
+  complete = _complete_dirs(root.parent)
+  for _, path in complete[:max(len(complete) - keep, 0)]:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def state_bytes(server_state: Any) -> int:
+  """Bytes of the arrays of a server state (what server_state.npz holds)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return int(sum(np.asarray(x).nbytes for x in tf.nest.flatten(server_state)))
+
+
+def check_free_space(run_dir: pathlib.Path, needed: int) -> None:
+  """Raises UserError naming `run_dir` if its disk has fewer than `needed` bytes free."""
+  free = shutil.disk_usage(run_dir).free
+  if free < needed:
+    raise UserError(f"checkpoint: {run_dir} has {free / 2**20:.1f} MiB free, but this"
+                    f" run's checkpoints and logs need about {needed / 2**20:.1f} MiB"
+                    " (lower checkpoint.keep or free some space)")
+
+
+def export_model(path: pathlib.Path, weights: Any) -> None:
+  """Writes model weights to `path` (.npz: trainable_<i>, non_trainable_<i>), atomically.
+
+  Raises:
+    RunFailed: naming the path, if it cannot be written.
+  """
+  arrays = {f"trainable_{i}": np.asarray(w) for i, w in enumerate(weights.trainable)}
+  arrays.update({f"non_trainable_{i}": np.asarray(w)
+                 for i, w in enumerate(weights.non_trainable)})
+  tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+  try:
+    with open(tmp, "wb") as f:
+      np.savez(f, **arrays)
+    os.replace(tmp, path)
+  except OSError as e:
+    tmp.unlink(missing_ok=True)
+    raise RunFailed(f"cannot write {path}: {e.strerror or e}") from None

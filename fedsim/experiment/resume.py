@@ -1,0 +1,141 @@
+"""Which run directory a `fedsim run` continues, and whether it may.
+
+* By default a run resumes the newest incomplete run of the same experiment
+  and variant (`<logdir>/<name>/` runs whose status is not 'completed') that
+  has a complete checkpoint, and otherwise starts a new run directory.
+* `resume=True` insists on such a run; `resume=<run dir>` names it (a
+  completed run may then be extended by raising `rounds`).
+* `fresh=True` always starts a new run directory; nothing is deleted.
+
+The config of a resumed run must equal the checkpointed one (its
+`config.yaml`) in everything but `rounds` and the `checkpoint` section, which
+change neither results nor the state's structure; otherwise the resumed run
+would silently mix two experiments. Imports no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import re
+from typing import Any, Mapping
+
+import yaml
+
+from fedsim.errors import UserError
+from fedsim.experiment.checkpoint import Checkpoint, latest_checkpoint
+from fedsim.reporting.rundir import read_status
+
+# Keys whose change does not alter what a round computes.
+MAY_DIFFER = ("rounds", "checkpoint")
+_TIMESTAMPED = re.compile(r"\d{8}-\d{6}(-\d+)?")
+
+
+@dataclasses.dataclass(frozen=True)
+class Resumption:
+  """A run directory to continue, and the checkpoint to continue from."""
+
+  run_dir: pathlib.Path
+  checkpoint: Checkpoint
+
+
+def config_differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+  """Dotted keys whose values differ between two plain configs (sorted)."""
+  if isinstance(old, Mapping) and isinstance(new, Mapping):
+    out = []
+    for key in sorted(set(old) | set(new), key=str):
+      name = f"{prefix}{key}"
+      if key not in old or key not in new:
+        out.append(name)
+      else:
+        out.extend(config_differences(old[key], new[key], f"{name}."))
+    return out
+  return [] if old == new else [prefix.rstrip(".") or "<config>"]
+
+
+def belongs(run_name: str, variant: str | None) -> bool:
+  """Whether a run directory named `run_name` holds a run of `variant`."""
+  # create_run_dir names a variant's runs '<variant>', '<variant>-1', ... and
+  # other runs by their start time.
+  if variant is None:
+    return bool(_TIMESTAMPED.fullmatch(run_name))
+  return bool(re.fullmatch(re.escape(variant) + r"(-\d+)?", run_name))
+
+
+def _incomplete_runs(logdir: str | os.PathLike, name: str, variant: str | None):
+  parent = pathlib.Path(logdir) / name
+  if not parent.is_dir():
+    return []
+  runs = [d for d in parent.iterdir()
+          if d.is_dir() and belongs(d.name, variant) and (d / "config.yaml").is_file()
+          and read_status(d)[0] != "completed"]
+  return sorted(runs, key=lambda d: (d / "config.yaml").stat().st_mtime, reverse=True)
+
+
+def check_resumable(run_dir: pathlib.Path, resolved: Mapping[str, Any]) -> Resumption:
+  """Checks that `run_dir` can continue with config `resolved`.
+
+  Raises:
+    UserError: naming the directory, if it is not a run directory, has no
+      complete checkpoint, already ran `rounds` rounds, or was run with a
+      config that differs in other keys than `rounds` / `checkpoint.*`
+      (listed, dotted).
+  """
+  config_path = run_dir / "config.yaml"
+  try:
+    old = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+  except (OSError, yaml.YAMLError):
+    raise UserError(f"--resume {run_dir}: not a fedsim run directory"
+                    " (no readable config.yaml)") from None
+  if not isinstance(old, Mapping):
+    raise UserError(f"{config_path}: expected a mapping of config keys")
+  differing = [k for k in config_differences(old, resolved)
+               if k.split(".")[0] not in MAY_DIFFER]
+  if differing:
+    raise UserError(f"{run_dir}: the config differs from the checkpointed run in"
+                    f" {', '.join(differing)} (only rounds may change); use --fresh to"
+                    " start a new run")
+  checkpoint = latest_checkpoint(run_dir)
+  if checkpoint is None:
+    raise UserError(f"--resume {run_dir}: no complete checkpoint to resume from")
+  rounds = resolved["rounds"]
+  if checkpoint.round_num > rounds or (checkpoint.round_num == rounds
+                                       and read_status(run_dir)[0] == "completed"):
+    raise UserError(f"rounds: {run_dir} already ran {checkpoint.round_num} rounds"
+                    f" (rounds={rounds}); raise rounds to extend it")
+  return Resumption(run_dir, checkpoint)
+
+
+def choose(logdir: str | os.PathLike, name: str, variant: str | None,
+           resolved: Mapping[str, Any], resume: bool | str | os.PathLike | None,
+           fresh: bool) -> Resumption | None:
+  """The run to continue for one variant, or None to start a new run directory.
+
+  Args:
+    logdir, name, variant: where the variant's runs live.
+    resolved: the variant's resolved config (as written to config.yaml).
+    resume: None (resume if possible), True (must resume) or a run directory.
+    fresh: start a new run directory regardless.
+
+  Raises:
+    UserError: see `check_resumable`; also when `resume` is True and there is
+      nothing to resume, or `resume` and `fresh` are both given.
+  """
+  if fresh:
+    if resume not in (None, False):
+      raise UserError("--fresh and --resume exclude each other")
+    return None
+  if resume not in (None, True, False):
+    run_dir = pathlib.Path(resume)
+    if not run_dir.is_dir():
+      raise UserError(f"--resume {run_dir}: no such run directory")
+    return check_resumable(run_dir, resolved)
+  for run_dir in _incomplete_runs(logdir, name, variant):
+    if latest_checkpoint(run_dir) is not None:
+      return check_resumable(run_dir, resolved)
+  if resume is True:
+    label = f"{name}/{variant}" if variant else name
+    raise UserError(f"--resume: no incomplete run of {label} with a checkpoint"
+                    f" under {pathlib.Path(logdir) / name}")
+  return None

@@ -1,0 +1,93 @@
+"""Rewinds a run directory's logs to a checkpoint before the run resumes.
+
+A run killed after its checkpoint of round R has logged rounds R+1.. that
+will be run again. metrics.csv is cut by `CsvSink(resume_after_round=R)`;
+this module cuts the rest, so that every reader sees each round once:
+
+* TensorBoard event files (the run directory and `simulated_time/`) are
+  rewritten without the events logged after the checkpoint was taken. The
+  cut is by wall time, because `simulated_time/` steps are simulated seconds,
+  not rounds, and the HParams summary of a completed run (extended with more
+  rounds) is logged at step 0; in the run directory, steps after R go too.
+  Rewriting beats TensorBoard's purge-on-restart (a SessionLog START event):
+  other readers (EventAccumulator with purging off, tbparse, pandas) would
+  still see the duplicates.
+* `events.log` loses its lines about rounds after R.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+
+from fedsim.experiment.checkpoint import Checkpoint
+
+_EVENTS_PREFIX = "events.out.tfevents."
+_ROUND_LINE = re.compile(r"round (\d+):")
+
+
+def rewind_logs(run_dir: pathlib.Path, checkpoint: Checkpoint) -> None:
+  """Drops everything `run_dir` logged after `checkpoint` (except metrics.csv).
+
+  Raises:
+    OSError: if a log file cannot be rewritten.
+  """
+  for path in sorted(run_dir.rglob(_EVENTS_PREFIX + "*")):
+    if path.is_file() and _under_logs(run_dir, path):
+      max_step = checkpoint.round_num if path.parent == run_dir else None
+      rewrite_event_file(path, checkpoint.wall_time, max_step)
+  _rewind_events_log(run_dir / "events.log", checkpoint.round_num)
+
+
+def _under_logs(run_dir: pathlib.Path, path: pathlib.Path) -> bool:
+  # Checkpoints and client states hold no event files; skip them cheaply.
+  return path.relative_to(run_dir).parts[0] not in ("checkpoints", "client_states")
+
+
+def rewrite_event_file(path: pathlib.Path, max_wall_time: float,
+                       max_step: int | None = None) -> int:
+  """Keeps the events of `path` logged by `max_wall_time` (and at step <= `max_step`).
+
+  A torn last record (a kill mid-write) is dropped too. The file is replaced
+  atomically; it is left untouched if nothing is dropped.
+
+  Returns:
+    The number of events dropped.
+  """
+  from fedsim.reporting.sinks import load_tensorflow  # pylint: disable=g-import-not-at-top
+  tf = load_tensorflow()
+  kept, dropped = [], 0
+  iterator = tf.compat.v1.train.summary_iterator(str(path))
+  while True:
+    try:
+      event = next(iterator)
+    except StopIteration:
+      break
+    except tf.errors.DataLossError:  # Torn tail.
+      dropped += 1
+      break
+    is_file_header = event.HasField("file_version")
+    late = event.wall_time > max_wall_time or (max_step is not None and event.step > max_step)
+    if late and not is_file_header:
+      dropped += 1
+    else:
+      kept.append(event.SerializeToString())
+  if dropped:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with tf.io.TFRecordWriter(str(tmp)) as writer:
+      for record in kept:
+        writer.write(record)
+    os.replace(tmp, path)
+  return dropped
+
+
+def _rewind_events_log(path: pathlib.Path, round_num: int) -> None:
+  if not path.exists():
+    return
+  lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+  kept = [line for line in lines if not ((m := _ROUND_LINE.match(line))
+                                         and int(m.group(1)) > round_num)]
+  if kept != lines:
+    from fedsim.reporting.rundir import write_text_atomic  # pylint: disable=g-import-not-at-top
+    write_text_atomic(path, "".join(kept))

@@ -1,0 +1,149 @@
+"""Refused resumes, divergence, a dead worker, a full disk, and extending a run."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+
+import numpy as np
+import pytest
+import yaml
+
+import fedsim
+from fedsim import cli
+from fedsim.config.loader import load_config, plain
+from fedsim.errors import RunFailed, UserError
+from fedsim.experiment import checkpoint as ckpt
+from fedsim.reporting import read_metrics_csv, read_status
+from tests.resume.events import steps_by_tag
+
+CONFIG = {
+    "name": "faults", "seed": 2, "rounds": 3, "clients_per_round": 2,
+    "data": {"name": "digits", "num_clients": 4, "partition": "iid", "batch_size": 32},
+    "model": {"name": "logistic"},
+    "algorithm": {"name": "fedavg", "client_optimizer": {"name": "sgd", "learning_rate": 0.1}},
+    "eval": {"every": 3},
+    "checkpoint": {"every": 1, "keep": 5},
+}
+
+
+def _fake_run(logdir: pathlib.Path, config: dict, status: str = "running") -> pathlib.Path:
+  """A run directory as a killed run leaves it: config.yaml, status, a checkpoint."""
+  run_dir = logdir / config["name"] / "20260101-000000"
+  run_dir.mkdir(parents=True)
+  resolved = plain(load_config(config)[0])
+  resolved.pop("variants")
+  (run_dir / "config.yaml").write_text(yaml.safe_dump(resolved))
+  (run_dir / "status").write_text(status + "\n")
+  ckpt.save_checkpoint(run_dir, 1, [np.zeros(2)], 0.0, [1], [1], keep=1)
+  return run_dir
+
+
+def _main(capsys, *args) -> tuple[int, list[str]]:
+  code = cli.main(["run", *args])
+  return code, capsys.readouterr().err.strip().splitlines()
+
+
+def test_changed_config_is_refused_with_the_keys(tmp_path, capsys):
+  run_dir = _fake_run(tmp_path, CONFIG)
+  path = tmp_path / "c.yaml"
+  path.write_text(yaml.safe_dump(CONFIG))
+  code, err = _main(capsys, str(path), "--logdir", str(tmp_path), "--set", "seed=3",
+                    "--set", "algorithm.client_optimizer.learning_rate=0.2",
+                    "--set", "rounds=9", "--set", "checkpoint.keep=1")
+  assert code == 2
+  assert err == [f"fedsim: error: {run_dir}: the config differs from the checkpointed run"
+                 " in algorithm.client_optimizer.learning_rate, seed (only rounds may"
+                 " change); use --fresh to start a new run"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--resume"], "--resume: no incomplete run of faults with a checkpoint"),
+    (["--resume", "{tmp}/nope"], "--resume {tmp}/nope: no such run directory"),
+    (["--resume", "{tmp}"], "--resume {tmp}: not a fedsim run directory"),
+])
+def test_nothing_to_resume(tmp_path, capsys, args, message):
+  path = tmp_path / "c.yaml"
+  path.write_text(yaml.safe_dump(CONFIG))
+  args = [a.format(tmp=tmp_path) for a in args]
+  code, err = _main(capsys, str(path), "--logdir", str(tmp_path), *args)
+  assert code == 2 and len(err) == 1
+  assert err[0].startswith("fedsim: error: " + message.format(tmp=tmp_path))
+
+
+def test_completed_run_is_not_resumed_unless_rounds_grow(tmp_path):
+  run_dir = _fake_run(tmp_path, dict(CONFIG, rounds=1), status="completed")
+  with pytest.raises(UserError, match="already ran 1 rounds"):
+    fedsim.run(dict(CONFIG, rounds=1), logdir=tmp_path, resume=run_dir)
+
+
+@pytest.mark.slow
+def test_divergence_keeps_the_last_good_checkpoint(tff_runtime, tmp_path, capsys):
+  path = tmp_path / "c.yaml"
+  path.write_text(yaml.safe_dump(CONFIG))
+  code, err = _main(capsys, str(path), "--logdir", str(tmp_path), "--set",
+                    "algorithm.client_optimizer.learning_rate=1.0e+37",
+                    "--set", "algorithm.local_steps=1")  # round 1 ends finite
+  assert code == 1 and len(err) == 1
+  assert err[0].startswith("fedsim: run failed: round ") and "training diverged" in err[0]
+  failed_round = int(err[0].split()[4].rstrip(":"))
+  assert failed_round >= 2  # so that there is a good checkpoint to keep
+  (run_dir,) = (tmp_path / "faults").iterdir()
+  status, message = read_status(run_dir)
+  assert status == "failed" and message.startswith(f"round {failed_round}: training diverged")
+  rounds = [r["round"] for r in read_metrics_csv(run_dir / "metrics.csv")] \
+      if (run_dir / "metrics.csv").exists() else []
+  assert rounds == list(range(1, failed_round))
+  latest = ckpt.latest_checkpoint(run_dir)
+  assert (latest.round_num if latest else 0) == failed_round - 1
+  assert not (run_dir / "final_model.npz").exists()
+
+
+@pytest.mark.slow
+def test_dead_worker_fails_the_round_then_the_run_resumes_and_extends(tff_runtime, tmp_path):
+  def kill_worker_after_round_2(round_num, metrics):
+    del metrics
+    if round_num == 2:
+      os.kill(_worker_pid(tmp_path / "faults"), signal.SIGKILL)
+
+  with pytest.raises(RunFailed, match=r"TFF worker process \(pid \d+\) died during round 3;"
+                                      r" see .*worker.log"):
+    fedsim.run(CONFIG, logdir=tmp_path, on_round=kill_worker_after_round_2)
+  (run_dir,) = (tmp_path / "faults").iterdir()
+  status, message = read_status(run_dir)
+  assert status == "failed" and "died during round 3" in message
+  assert ckpt.latest_checkpoint(run_dir).round_num == 2
+
+  resumed = fedsim.run(CONFIG, logdir=tmp_path)  # picks up the failed run
+  assert resumed.run_dir == run_dir and [r["round"] for r in resumed.metrics] == [1, 2, 3]
+  extended = fedsim.run(CONFIG, ["rounds=4"], logdir=tmp_path, resume=run_dir)
+  assert [r["round"] for r in read_metrics_csv(run_dir / "metrics.csv")] == [1, 2, 3, 4]
+  assert steps_by_tag(run_dir)["train/loss"] == [1, 2, 3, 4]
+  assert steps_by_tag(run_dir)["final/eval/accuracy"] == [4]
+  straight = fedsim.run(CONFIG, ["rounds=4"], logdir=tmp_path, fresh=True)
+  assert straight.run_dir != run_dir
+  for got, want in zip(extended.final_weights, straight.final_weights):
+    np.testing.assert_array_equal(got, want)
+  assert extended.metrics[-1]["eval/accuracy"] == straight.metrics[-1]["eval/accuracy"]
+
+
+@pytest.mark.slow
+def test_too_little_disk_is_a_user_error_before_training(tff_runtime, tmp_path, monkeypatch):
+  monkeypatch.setattr(ckpt.shutil, "disk_usage", lambda path: type("U", (), {"free": 1000}))
+  with pytest.raises(UserError, match="checkpoint: .* MiB free"):
+    fedsim.run(CONFIG, logdir=tmp_path)
+  (run_dir,) = (tmp_path / "faults").iterdir()
+  assert read_status(run_dir)[0] == "failed" and not (run_dir / "metrics.csv").exists()
+
+
+def _worker_pid(experiment_dir: pathlib.Path) -> int:
+  """The pid of the TFF worker whose output goes to a run's worker.log."""
+  (log,) = experiment_dir.glob("*/worker.log")
+  for pid in os.listdir("/proc"):
+    try:
+      if pid.isdigit() and os.readlink(f"/proc/{pid}/fd/1") == str(log.resolve()):
+        return int(pid)
+    except OSError:
+      continue
+  raise AssertionError(f"no process writes to {log}")
