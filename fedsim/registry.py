@@ -45,13 +45,18 @@ class Registry(Generic[F]):
     self.kind = kind
     self._entries: dict[str, Entry] = {}
 
-  def register(self, name: str, params: type = NoParams) -> Callable[[F], F]:
-    """Decorator: registers `fn` under `name` with parameter class `params`."""
+  def register(self, name: str, params: type = NoParams,
+               replace: bool = False) -> Callable[[F], F]:
+    """Decorator: registers `fn` under `name` with parameter class `params`.
+
+    Registering a taken name raises ValueError unless `replace` (e.g. a
+    notebook cell that is run again).
+    """
     if not dataclasses.is_dataclass(params):
       raise TypeError(f"params of {self.kind} '{name}' must be a dataclass")
 
     def decorator(fn: F) -> F:
-      if name in self._entries and self._entries[name].build is not fn:
+      if name in self._entries and self._entries[name].build is not fn and not replace:
         raise ValueError(f"{self.kind} '{name}' is already registered")
       summary = (fn.__doc__ or "").strip().splitlines()
       self._entries[name] = Entry(name, fn, params, summary[0] if summary else "")

@@ -67,7 +67,7 @@ def _hadamard(params: QuantizationParams) -> Any:
       params.bits, params.rounding == "stochastic", rotate=True)
 
 
-def register_encoder(name: str, params: type = NoParams) -> Callable:
+def register_encoder(name: str, params: type = NoParams, replace: bool = False) -> Callable:
   """Decorator that adds a user encoder, selectable as `encoder: NAME` in config.
 
   The decorated function receives the parsed `params` dataclass (built from the
@@ -91,14 +91,21 @@ def register_encoder(name: str, params: type = NoParams) -> Callable:
 
   and in the config: `aggregation: {encoder: uniform_nearest, bits: 4}`.
 
+  A stage you write yourself must be a tensor_encoding encoding stage class
+  decorated with `te.tf_style_encoding_stage` (its methods then take
+  TensorFlow values); an undecorated one fails when chained after
+  `FlattenEncodingStage`. `replace=True` re-registers a taken name (a notebook
+  cell run twice).
+
   Returns:
     The decorator; it returns the function unchanged.
 
   Raises:
     TypeError: if `params` is not a dataclass.
-    ValueError: if another function is already registered under `name`.
+    ValueError: if another function is already registered under `name` and
+      `replace` is false.
   """
-  return ENCODERS.register(name, params=params)
+  return ENCODERS.register(name, params=params, replace=replace)
 
 
 @dataclasses.dataclass(frozen=True)
