@@ -8,6 +8,7 @@ that cannot resume is refused before the first variant spends any time.
 from __future__ import annotations
 
 import os
+import sys
 import pathlib
 from typing import Any, Callable, Mapping, Sequence
 
@@ -84,6 +85,8 @@ def run(config: ConfigSource, overrides: Sequence[str] = (), logdir: str | os.Pa
   for variant, cfg, resolved, resumption in plans:
     with quiet.filtered_stderr():  # TFF's compiler logs known noise while building
       sim = build_simulation(cfg)
+    if sim.runtime_notice:
+      print(f"fedsim: {sim.runtime_notice}", file=sys.stderr)
     if resumption is None:
       run_dir, checkpoint = create_run_dir(logdir, cfg.name, variant), None
     else:

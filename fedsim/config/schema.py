@@ -23,7 +23,10 @@ class EvalConfig:
 
 @dataclasses.dataclass(frozen=True)
 class RuntimeConfig:
-  name: Literal["local"] = "local"   # fedsim's own TFF C++ worker process
+  # local: fedsim's own TFF C++ worker process. inprocess: the compiled round
+  # (MapReduceForm) run in this Python process's TensorFlow, GPU-capable.
+  name: Literal["local", "inprocess"] = "local"
+  device: Literal["auto", "cpu", "gpu"] = "auto"  # inprocess only; auto = GPU if visible
   max_concurrent_computation_calls: int = -1  # TFF worker parallelism; -1 = unlimited
 
 

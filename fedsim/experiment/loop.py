@@ -114,7 +114,7 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
   bar = Progress(config.rounds, enabled=progress, start_round=start)
   write_status(run_dir, "running")
   try:
-    state = sim.algorithm.process.initialize()
+    state = sim.round_process.initialize()
     sizes = SizeInfo(per_client=sim.wire)
     simulated_total = 0.0
     if resume_from is not None:
@@ -201,7 +201,7 @@ def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_n
                f" system.min_clients={config.system.min_clients}")
   else:
     data = [packed[c] for c in outcome.aggregated]
-    process = sim.algorithm.process
+    process = sim.round_process
     begin = time.perf_counter()
     if states is None:
       state, measurements = process.next(state, data)

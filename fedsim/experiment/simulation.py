@@ -32,6 +32,10 @@ class Simulation:
   wire: ClientWireBits               # per client per round, as configured
   uncompressed_wire: ClientWireBits  # the same algorithm without compression
   evaluate: Any                      # weights -> {"eval/loss", "eval/accuracy"}
+  # What the loop calls each round: the TFF process (runtime `local`) or the
+  # same process compiled to run in this Python process (`inprocess`).
+  round_process: Any = None
+  runtime_notice: str | None = None  # why `inprocess` fell back to `local`
 
 
 def build_simulation(config: ExperimentConfig) -> Simulation:
@@ -58,11 +62,30 @@ def build_simulation(config: ExperimentConfig) -> Simulation:
                                     reference.upload_extras_types)
   else:
     uncompressed = wire
+  round_process, notice = _round_process(algorithm, config.runtime)
   return Simulation(
       config=config, data=data, model=model, algorithm=algorithm,
       sampler=ClientSampler(data.client_ids, config.seed),
       wire=wire, uncompressed_wire=uncompressed,
-      evaluate=make_evaluator(model, data, config.eval.batch_size))
+      evaluate=make_evaluator(model, data, config.eval.batch_size,
+                              config.runtime if notice is None else None),
+      round_process=round_process, runtime_notice=notice)
+
+
+def _round_process(algorithm: FederatedAlgorithm, runtime) -> tuple[Any, str | None]:
+  """The object whose `initialize`/`next` the loop calls, and a fallback notice."""
+  if runtime.name != "inprocess":
+    return algorithm.process, None
+  from fedsim.runtime import inprocess
+  if algorithm.stateful_clients:
+    reason = "its clients keep state between rounds"
+  else:
+    try:
+      return inprocess.InProcessProcess(algorithm.process, runtime.device), None
+    except inprocess.NotCompilable as e:
+      reason = str(e)
+  return algorithm.process, (f"runtime.name: inprocess cannot run this algorithm ({reason});"
+                             " using local")
 
 
 def _build_algorithm(config, model, compression) -> FederatedAlgorithm:
@@ -86,7 +109,7 @@ def client_batches(sim: Simulation, round_num: int, client_ids) -> dict[str, dic
   return out
 
 
-def make_evaluator(model: TaskModel, data: FederatedData, batch_size: int):
+def make_evaluator(model: TaskModel, data: FederatedData, batch_size: int, runtime=None):
   """`weights -> {eval/loss, eval/accuracy}` on the held-out test set (server side).
 
   Runs as a TFF computation on the same runtime as training: TFF's
@@ -100,6 +123,10 @@ def make_evaluator(model: TaskModel, data: FederatedData, batch_size: int):
   @tff.tensorflow.computation(model.weights_type, model.client_data_type(size))
   def stats(model_weights, batches):
     return local_training.evaluate(model.predict, model_weights.trainable, batches)
+
+  if runtime is not None and runtime.name == "inprocess":
+    from fedsim.runtime import inprocess
+    stats = inprocess.tensorflow_function(stats, runtime.device)
 
   def evaluate(model_weights) -> dict[str, float]:
     loss_sum, correct, count = stats(model_weights, batches)

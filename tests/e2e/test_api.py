@@ -53,3 +53,20 @@ def test_easgd_keeps_client_state_on_disk_and_variants_run(tff_runtime, tmp_path
   u8 = results["u8"].metrics[0]
   assert u8["aggregate_model_bits_per_client"] == (-(-640 * 8 // 28)) * 32 + 64 + 10 * 32
   assert u8["broadcast_model_bits_per_client"] == PARAMS * 32
+
+
+@pytest.mark.slow
+def test_inprocess_runtime_matches_local_and_stateful_falls_back(tff_runtime, tmp_path, capsys):
+  config = dict(BASE, backup_clients=1, system={"speed": "lognormal"},
+                variants={"local": {}, "inprocess": {"runtime": {"name": "inprocess"}},
+                          "easgd": {"runtime": {"name": "inprocess"},
+                                    "algorithm": {"name": "easgd", "communication_period": 2}}})
+  results = fedsim.run(config, logdir=tmp_path)
+  local, inprocess = results["local"].metrics, results["inprocess"].metrics
+  for a, b in zip(local, inprocess):
+    for key in ("train/loss", "eval/loss", "eval/accuracy", "broadcast_bits", "aggregate_bits"):
+      np.testing.assert_allclose(b[key], a[key], rtol=1e-5, err_msg=key)
+  assert capsys.readouterr().err.count(
+      "fedsim: runtime.name: inprocess cannot run this algorithm (its clients keep state"
+      " between rounds); using local") == 1
+  assert len(results["easgd"].metrics) == 2
