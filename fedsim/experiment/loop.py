@@ -31,6 +31,7 @@ from fedsim.experiment.simulation import Simulation, client_batches
 from fedsim.experiment.system import RoundOutcome, simulate_round
 from fedsim.reporting import (CompositeSink, CsvSink, Progress, TensorBoardSink,
                               flat_hparams, read_metrics_csv, write_hparams, write_status)
+from fedsim.runtime import quiet
 from fedsim.sizing import SizeInfo
 
 FINAL_MODEL = "final_model.npz"
@@ -203,12 +204,14 @@ def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_n
     data = [packed[c] for c in outcome.aggregated]
     process = sim.round_process
     begin = time.perf_counter()
-    if states is None:
-      state, measurements = process.next(state, data)
-    else:
-      state, measurements, new_states = process.next(
-          state, data, states.load(outcome.aggregated))
-      states.save(outcome.aggregated, new_states)
+    # TFF compiles the round at its first call, and grappler logs known noise.
+    with quiet.filtered_stderr():
+      if states is None:
+        state, measurements = process.next(state, data)
+      else:
+        state, measurements, new_states = process.next(
+            state, data, states.load(outcome.aggregated))
+        states.save(outcome.aggregated, new_states)
     seconds = time.perf_counter() - begin
     metrics.update(_round_metrics(measurements))
     if not math.isfinite(metrics["train/loss"]) or metrics.get("server/update_non_finite"):

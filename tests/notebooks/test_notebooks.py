@@ -163,4 +163,6 @@ def test_worker_scan_finds_marked_processes_only(tmp_path):
     for process in (marked, unmarked):
       process.kill()
       process.wait()
-  assert _worker_processes(kernel_pid=os.getpid(), marker=marker) == {}
+  # Other workers of this process (e.g. the session fixture's) may exist.
+  left = _worker_processes(kernel_pid=os.getpid(), marker=marker)
+  assert marked.pid not in left and unmarked.pid not in left
