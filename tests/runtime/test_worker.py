@@ -48,6 +48,12 @@ def _env(**overrides: str | None) -> dict[str, str]:
   return env
 
 
+def _python(code: str, cwd) -> subprocess.CompletedProcess:
+  """Runs `code` in a fresh interpreter with the test environment; must exit 0."""
+  return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        env=_env(), cwd=cwd, timeout=60, check=True)
+
+
 def _gone(pid: int) -> bool:
   """True once `pid` has exited (a zombie holds no files, so it counts)."""
   try:
@@ -122,8 +128,7 @@ for _ in range(2):
     print("stdout untouched")
 print("tensorflow" in sys.modules)
 """
-  result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=_env(), cwd=tmp_path, timeout=60, check=True)
+  result = _python(code, tmp_path)
   assert result.stderr == 2 * ("python warning\n" + REAL_ERROR)
   assert result.stdout == "stdout untouched\nstdout untouched\nFalse\n"
 
@@ -131,16 +136,14 @@ print("tensorflow" in sys.modules)
 def test_filtered_stderr_tolerates_closed_fd2(tmp_path):
   code = ("import os\nos.close(2)\nfrom fedsim.runtime.quiet import filtered_stderr\n"
           "with filtered_stderr():\n  print('inside')\n")
-  result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=_env(), cwd=tmp_path, timeout=60, check=True)
+  result = _python(code, tmp_path)
   assert result.stdout == "inside\n"
 
 
 def test_runtime_package_and_quiet_do_not_import_tensorflow(tmp_path):
   code = ("import sys, fedsim.runtime, fedsim.runtime.quiet\n"
           "print(sorted(m for m in ('tensorflow', 'tensorflow_federated') if m in sys.modules))")
-  result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=_env(), cwd=tmp_path, timeout=60, check=True)
+  result = _python(code, tmp_path)
   assert result.stdout == "[]\n"
 
 
