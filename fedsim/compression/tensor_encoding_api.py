@@ -26,11 +26,78 @@ stages = te.stages
 _STAGE_TYPES = (EncodingStageInterface, AdaptiveEncodingStageInterface)
 
 
+def _pin_static_shape(tensor: tf.Tensor) -> tf.Tensor:
+  """`tensor` through an EnsureShape op carrying the shape Python infers for it.
+
+  `Tensor.set_shape` (which tensor_encoding uses after its `tf.while_loop`s)
+  only annotates the Python graph; TFF serializes the graph and re-runs the C++
+  shape inference, which loses such shapes. An EnsureShape op records the
+  shape in the GraphDef, so it survives.
+  """
+  if tensor.shape.rank is None:
+    return tensor
+  return tf.ensure_shape(tensor, tensor.shape)
+
+
+class _StaticShapeStage(EncodingStageInterface):
+  """An encoding stage whose encoded and decoded tensors keep their static shapes.
+
+  Without this, the Hadamard rotation's output (shaped by `set_shape` after a
+  `tf.while_loop`) is [None, d] once TFF has re-imported the graph, and bit
+  packing's zero padding then leaves int32[None, 1], which TFF rejects against
+  the type it recorded (e.g. int32[4682, 1]). In tensor_encoding 0.7.5 the
+  8-bit packer hides this by slicing to a constant size when the padded length
+  is 1, 2 or 3 mod 7 (32768, 65536) but not 4 mod 7 (2048, 16384, 131072);
+  other widths but 6 and 12 fail at every size.
+  """
+
+  def __init__(self, stage: EncodingStageInterface):
+    self._stage = stage
+
+  @property
+  def name(self):
+    return self._stage.name
+
+  @property
+  def compressible_tensors_keys(self):
+    return self._stage.compressible_tensors_keys
+
+  @property
+  def commutes_with_sum(self):
+    return self._stage.commutes_with_sum
+
+  @property
+  def decode_needs_input_shape(self):
+    return self._stage.decode_needs_input_shape
+
+  # `name` as in `tf_style_encoding_stage`, which tensor_encoding's adaptive
+  # wrapper passes on.
+  def get_params(self, name=None):
+    return self._stage.get_params(name)
+
+  def encode(self, x, encode_params, name=None):
+    encoded = self._stage.encode(x, encode_params, name)
+    return type(encoded)((k, _pin_static_shape(v)) for k, v in encoded.items())
+
+  def decode(self, encoded_tensors, decode_params, num_summands=None, shape=None, name=None):
+    return _pin_static_shape(
+        self._stage.decode(encoded_tensors, decode_params, num_summands, shape, name))
+
+
+def _with_static_shapes(stage: Any) -> Any:
+  """`stage` wrapped in `_StaticShapeStage`; an adaptive stage is returned as is."""
+  if isinstance(stage, EncodingStageInterface) and not isinstance(stage, _StaticShapeStage):
+    return _StaticShapeStage(stage)
+  return stage
+
+
 def chain(*encoding_stages: Any) -> Encoder:
   """An `Encoder` applying `encoding_stages` in order, each to its parent's output.
 
   Every stage but the last must have exactly one compressible output (e.g.
   flatten -> rotate -> quantize -> bitpack); the next stage encodes that one.
+  Each (non-adaptive) stage's outputs keep the static shapes Python infers for
+  them when TFF re-imports the graph (see `_StaticShapeStage`).
 
   Raises:
     ValueError: if no stage is given or a non-final stage has zero or several
@@ -38,6 +105,7 @@ def chain(*encoding_stages: Any) -> Encoder:
   """
   if not encoding_stages:
     raise ValueError("chain() needs at least one encoding stage")
+  encoding_stages = [_with_static_shapes(s) for s in encoding_stages]
   composer = te.core.EncoderComposer(encoding_stages[-1])
   for parent in reversed(encoding_stages[:-1]):
     keys = list(parent.compressible_tensors_keys)
@@ -79,7 +147,7 @@ def as_encoder(built: Any) -> Encoder:
   if isinstance(built, Encoder):
     return built
   if isinstance(built, _STAGE_TYPES):
-    return te.core.EncoderComposer(built).make()
+    return chain(built)
   raise TypeError("an encoder builder must return a tensor_encoding Encoder or"
                   f" encoding stage, got {type(built).__name__}")
 

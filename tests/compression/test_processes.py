@@ -46,20 +46,24 @@ def tensor_leaves(value_type: tff.Type) -> list[tuple[str, tuple[int, ...]]]:
   return [(np.dtype(value_type.dtype).name, tuple(value_type.shape))]
 
 
-def _model_fn() -> tff.learning.models.VariableModel:
-  # Dense 200 -> 100: a 20,000-element kernel (encoded at min_elements 10000)
-  # and a 100-element bias (sent as float32).
+def _model_fn(inputs: int = 200) -> tff.learning.models.VariableModel:
+  # Dense `inputs` -> 100: a 20,000 (or 10,000) element kernel, encoded at
+  # min_elements 10000, and a 100-element bias (sent as float32).
   keras_model = tf.keras.Sequential([
-      tf.keras.layers.InputLayer(input_shape=(200,)), tf.keras.layers.Dense(100)])
+      tf.keras.layers.InputLayer(input_shape=(inputs,)), tf.keras.layers.Dense(100)])
   return tff.learning.models.from_keras_model(
       keras_model, loss=tf.keras.losses.MeanSquaredError(),
-      input_spec=(tf.TensorSpec([None, 200], tf.float32),
+      input_spec=(tf.TensorSpec([None, inputs], tf.float32),
                   tf.TensorSpec([None, 100], tf.float32)))
 
 
-WEIGHTS_TYPE = tff.learning.models.ModelWeights(
-    trainable=[tff.TensorType(np.float32, [200, 100]), tff.TensorType(np.float32, [100])],
-    non_trainable=[])
+def _weights_type(inputs: int = 200) -> tff.learning.models.ModelWeights:
+  return tff.learning.models.ModelWeights(
+      trainable=[tff.TensorType(np.float32, [inputs, 100]), tff.TensorType(np.float32, [100])],
+      non_trainable=[])
+
+
+WEIGHTS_TYPE = _weights_type()
 UNIFORM8 = parse_direction({"encoder": "uniform", "bits": 8}, "compression.broadcast")
 
 # Outside the encoded kernel, the prepare result holds the float32 bias and the
@@ -70,41 +74,101 @@ WORK_OTHER = [("float32", ()), ("float32", ()), ("int64", ()), ("int64", ()),
               ("float32", (100,)), ("float32", ())]
 
 
-def _map_reduce_form(direction) -> tff.backends.mapreduce.MapReduceForm:
+def _map_reduce_form(direction, inputs: int = 200) -> tff.backends.mapreduce.MapReduceForm:
   process = tff.learning.algorithms.build_weighted_fed_avg(
-      _model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
-      model_distributor=build_encoded_broadcast(WEIGHTS_TYPE, direction),
+      lambda: _model_fn(inputs), client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+      model_distributor=build_encoded_broadcast(_weights_type(inputs), direction),
       model_aggregator=build_encoded_mean(direction))
   return tff.backends.mapreduce.get_map_reduce_form_for_computation(process.next)
 
 
-@pytest.mark.parametrize("config, kernel_sent, kernel_received, prepare_bits, work_bits", [
+@pytest.mark.parametrize("inputs, config, kernel_sent, kernel_received, prepare_bits, work_bits", [
     # 8-bit values are packed 28 bits to an int32: ceil(20000 * 8 / 28) = 5715,
     # plus min and max: 5715 * 32 + 64 = 182,944 bits (vs 640,000 as float32).
-    ({"encoder": "uniform", "bits": 8},
+    (200, {"encoder": "uniform", "bits": 8},
      [("int32", (5715, 1)), ("float32", (2,))],
      [("int32", (5715, 1)), ("float32", (2,))],
      182_944 + 3_200 + 32, 182_944 + 3_200 + 192 + 32),
     # Hadamard pads 20000 to 32768 values: ceil(32768 * 8 / 28) = 9363 int32s
     # and min/max (299,680 bits). The int64[2] rotation seed travels with the
     # broadcast value, and the aggregator sends clients its own seed.
-    ({"encoder": "hadamard", "bits": 8},
+    (200, {"encoder": "hadamard", "bits": 8},
      [("int32", (9363, 1)), ("float32", (2,)), ("int64", (2,)), ("int64", (2,))],
      [("int32", (9363, 1)), ("float32", (2,))],
      299_680 + 128 + 128 + 3_200 + 32, 299_680 + 3_200 + 192 + 32),
-    (None, [("float32", (200, 100))], [("float32", (200, 100))],
+    # A 100x100 kernel: ceil(10000 * 8 / 28) = 2858 int32s (91,520 bits).
+    (100, {"encoder": "uniform", "bits": 8},
+     [("int32", (2858, 1)), ("float32", (2,))],
+     [("int32", (2858, 1)), ("float32", (2,))],
+     91_520 + 3_200 + 32, 91_520 + 3_200 + 192 + 32),
+    # Hadamard pads 10000 to 16384: ceil(16384 * 8 / 28) = 4682 int32s
+    # (149,888 bits with min/max). This size once left the packed values
+    # int32[None, 1] in the compiled graph (see test_encoders.py).
+    (100, {"encoder": "hadamard", "bits": 8},
+     [("int32", (4682, 1)), ("float32", (2,)), ("int64", (2,)), ("int64", (2,))],
+     [("int32", (4682, 1)), ("float32", (2,))],
+     149_888 + 128 + 128 + 3_200 + 32, 149_888 + 3_200 + 192 + 32),
+    (200, None, [("float32", (200, 100))], [("float32", (200, 100))],
      640_000 + 3_200 + 32, 640_000 + 3_200 + 192 + 32),
 ])
 def test_fed_avg_sends_the_encoded_form_both_ways(
-    config, kernel_sent, kernel_received, prepare_bits, work_bits):
+    inputs, config, kernel_sent, kernel_received, prepare_bits, work_bits):
   direction = None if config is None else parse_direction(config, "compression.broadcast")
-  mrf = _map_reduce_form(direction)
+  mrf = _map_reduce_form(direction, inputs)
   prepare = mrf.prepare.type_signature.result
   work = mrf.work.type_signature.result[0]
   assert sorted(tensor_leaves(prepare)) == sorted(kernel_sent + PREPARE_OTHER)
   assert sorted(tensor_leaves(work)) == sorted(kernel_received + WORK_OTHER)
   assert wire_bits(prepare) == prepare_bits
   assert wire_bits(work) == work_bits
+
+
+# Sizes around powers of two (Hadamard pads them to 2048, 4096, 16384, 32768, 131072).
+SWEEP_SIZES = [2048, 2049, 8193, 16384, 16385, 65537]
+
+
+def _broadcast_then_mean_form(direction, sizes: list[int]) -> tff.backends.mapreduce.MapReduceForm:
+  """MapReduceForm of a round that broadcasts one float32 vector per size,
+  encoded, and averages the clients' vectors, encoded."""
+  value_type = tff.to_type([(np.float32, [n]) for n in sizes])
+  distributor = build_encoded_broadcast(value_type, direction)
+  mean = build_encoded_mean(direction, weighted=False).create(value_type)
+
+  # State: the two processes' states and the value to broadcast.
+  state_type = tff.FederatedType([distributor.initialize.type_signature.result.member,
+                                  mean.initialize.type_signature.result.member,
+                                  value_type], tff.SERVER)
+
+  @tff.tensorflow.computation(value_type, value_type)
+  def add(x, y):
+    return [a + b for a, b in zip(x, y)]
+
+  @tff.federated_computation(state_type, tff.FederatedType(value_type, tff.CLIENTS))
+  def next_fn(state, client_values):
+    sent = distributor.next(state[0], state[2])
+    averaged = mean.next(state[1], tff.federated_map(add, (sent.result, client_values)))
+    return (tff.federated_zip((sent.state, averaged.state, averaged.result)),
+            tff.federated_value((), tff.SERVER))
+
+  return tff.backends.mapreduce.get_map_reduce_form_for_computation(next_fn)
+
+
+@pytest.mark.parametrize("name", ["uniform", "hadamard"])
+def test_every_size_compiles_with_static_encoded_shapes(name):
+  direction = parse_direction({"encoder": name, "bits": 8, "min_elements": 1}, "c.a")
+  mrf = _broadcast_then_mean_form(direction, SWEEP_SIZES)
+  rotate = name == "hadamard"
+  padded = [1 << (n - 1).bit_length() if rotate else n for n in SWEEP_SIZES]
+  encoded = [("int32", (-(-p * 8 // 28), 1)) for p in padded] + [("float32", (2,))] * len(padded)
+  # Rotation seeds go to the clients twice (the broadcast's and the mean's); the
+  # unweighted mean also sums an int32 count of clients.
+  seeds = [("int64", (2,))] * 2 * len(padded) if rotate else []
+  assert sorted(tensor_leaves(mrf.prepare.type_signature.result)) == sorted(encoded + seeds)
+  assert sorted(tensor_leaves(mrf.work.type_signature.result[0])) == sorted(
+      encoded + [("int32", ())])
+  encoded_bits = sum(-(-p * 8 // 28) * 32 + 64 for p in padded)
+  assert wire_bits(mrf.prepare.type_signature.result) == encoded_bits + 128 * len(seeds)
+  assert wire_bits(mrf.work.type_signature.result[0]) == encoded_bits + 32
 
 
 def _model_weights(seed: int) -> tff.learning.models.ModelWeights:
