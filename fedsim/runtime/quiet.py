@@ -126,6 +126,17 @@ def _cap_python_loggers() -> None:
   absl_logger = logging.getLogger("absl")
   if absl_logger.level == logging.NOTSET:
     absl_logger.setLevel(logging.WARNING)
+  # tensor_encoding's bit packing logs a memory note on the root logger every
+  # time an encoder is traced (over a dozen times per compressed run).
+  root = logging.getLogger()
+  if not any(isinstance(f, _BitpackingNoteFilter) for f in root.filters):
+    root.addFilter(_BitpackingNoteFilter())
+
+
+class _BitpackingNoteFilter(logging.Filter):
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("This code path can temporarily allocate")
 
 
 def _flush_stderr() -> None:
