@@ -71,7 +71,7 @@ def build_easgd(params: EasgdParams, task: Task) -> FederatedAlgorithm:
         predict, optimizer, local, opt_state, batches,
         accumulation_steps=params.gradient_accumulation_steps,
         average_accumulated=params.average_accumulated_gradients,
-        extra_gradient=elastic if rho > 0 else None)
+        extra_gradient=elastic if rho > 0 else None, pad_label=task.model.pad_label)
     diff = tuple(t - c for t, c in zip(trained, center))
     new_state = collections.OrderedDict(
         initialized=tf.constant(1.0),

@@ -39,7 +39,8 @@ def build_fedsgd(params: FedSgdParams, task: Task) -> FederatedAlgorithm:
   uniform = params.client_weighting == "uniform"
 
   def update_fn(model_weights, batches):
-    grads, stats = local_training.gradient(predict, tuple(model_weights.trainable), batches)
+    grads, stats = local_training.gradient(predict, tuple(model_weights.trainable), batches,
+                                           task.model.pad_label)
     weight = tf.constant(1.0) if uniform else stats.num_examples
     return grads, weight, stats
 

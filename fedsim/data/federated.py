@@ -71,12 +71,15 @@ class FederatedData:
     test: the held-out test set.
     input_shape: shape of one example's features, e.g. (64,).
     num_classes: labels are in [0, num_classes).
+    pad_label: for sequence targets, the label of padding positions, which
+      then count in neither loss nor accuracy; None when every label is real.
   """
 
   clients: Mapping[str, Examples]
   test: Examples
   input_shape: tuple[int, ...]
   num_classes: int
+  pad_label: int | None = None
 
   @property
   def client_ids(self) -> tuple[str, ...]:

@@ -9,8 +9,8 @@ A client's snippets, each wrapped in begin/end tokens, are laid end to end and
 cut into windows of `sequence_length + 1` tokens; a window gives x = its first
 T tokens and y = its last T (x int32 [n, T], y int32 [n, T]). Unlike TFF's
 baseline, which pads every snippet to a multiple of T + 1, only a client's last
-window is padded: fedsim's loss has no per-token mask, so padding would count
-as targets. The held-out set is TFF's test split of every role, cut the same
+window is padded, so little compute goes to padding; padded positions (label
+PAD) count in neither loss nor accuracy (`FederatedData.pad_label`). The held-out set is TFF's test split of every role, cut the same
 way.
 """
 
@@ -75,7 +75,8 @@ def decode(records: Sequence[bytes], *, path: pathlib.Path, key: str,
 def build(params: ShakespeareParams, seed: int, *, key: str = "data") -> FederatedData:
   """Shakespeare (TFF's file, offline): next-character prediction, one client per role."""
   # A test example is a window, not a record: cut each role's text, then subsample.
-  return tff_files.federated_from_file(
+  data = tff_files.federated_from_file(
       "shakespeare", params, seed, splits=("train", "test"),
       decode=functools.partial(decode, sequence_length=params.sequence_length),
       num_classes=NUM_CLASSES, per_client_test=True, key=key)
+  return dataclasses.replace(data, pad_label=PAD)

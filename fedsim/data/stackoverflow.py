@@ -34,6 +34,7 @@ from fedsim.data.federated import Examples, FederatedData
 
 # TFF's parse spec for stackoverflow.sqlite; fedsim reads only `tokens`.
 FEATURES = {"tokens": ((), "string")}
+PAD = 0  # token id of padding (words start at 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,5 +94,6 @@ def build(params: StackOverflowParams, seed: int, *, key: str = "data") -> Feder
                              client_ids=in_test or None)
   # Every id in the vocabulary plus pad, OOV, BOS, EOS; a short vocabulary
   # (a tiny file) shrinks the model rather than leaving dead classes.
-  return tff_files.federated_data(train, test, to_examples, params, seed,
+  data = tff_files.federated_data(train, test, to_examples, params, seed,
                                   num_classes=len(vocab) + 4, key=key, client_ids=ids)
+  return dataclasses.replace(data, pad_label=PAD)

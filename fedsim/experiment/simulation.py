@@ -50,7 +50,8 @@ def build_simulation(config: ExperimentConfig) -> Simulation:
                     f" {len(data.client_ids)} clients of data '{config.data.name}'")
   try:
     model = build_task_model(config.model, data.input_shape, data.num_classes, config.seed,
-                             x_dtype=data.test.x.dtype, label_shape=data.test.y.shape[1:])
+                             x_dtype=data.test.x.dtype, label_shape=data.test.y.shape[1:],
+                             pad_label=data.pad_label)
   except ValueError as e:
     raise UserError(f"model.name: {e}") from None
   algorithm = _build_algorithm(config, model, config.compression)
@@ -122,7 +123,8 @@ def make_evaluator(model: TaskModel, data: FederatedData, batch_size: int, runti
 
   @tff.tensorflow.computation(model.weights_type, model.client_data_type(size))
   def stats(model_weights, batches):
-    return local_training.evaluate(model.predict, model_weights.trainable, batches)
+    return local_training.evaluate(model.predict, model_weights.trainable, batches,
+                                   model.pad_label)
 
   if runtime is not None and runtime.name == "inprocess":
     from fedsim.runtime import inprocess

@@ -29,11 +29,12 @@ class BatchStats(NamedTuple):
   num_examples: tf.Tensor
 
 
-def batch_loss(predict: Callable, weights: Weights, x, y, mask):
+def batch_loss(predict: Callable, weights: Weights, x, y, mask, pad_label=None):
   """Mean cross-entropy over the real examples of one batch, and its stats.
 
   Logits may carry extra positions (sequence models: [batch, time, classes]);
-  each example's loss is then the mean over its positions.
+  each example's loss is then the mean over its positions, leaving out
+  positions whose label is `pad_label` (padding of short sequences).
   """
   logits = predict(weights, x)
   per_position = tf.nn.sparse_softmax_cross_entropy_with_logits(
@@ -42,7 +43,12 @@ def batch_loss(predict: Callable, weights: Weights, x, y, mask):
       tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), tf.cast(y, tf.int32)),
       tf.float32)
   extra_axes = list(range(1, len(per_position.shape)))
-  if extra_axes:
+  if extra_axes and pad_label is not None:
+    real = tf.cast(tf.not_equal(tf.cast(y, tf.int32), pad_label), tf.float32)
+    count_real = tf.maximum(tf.reduce_sum(real, axis=extra_axes), 1.0)
+    per_example = tf.reduce_sum(per_position * real, axis=extra_axes) / count_real
+    correct = tf.reduce_sum(correct_positions * real, axis=extra_axes) / count_real
+  elif extra_axes:
     per_example = tf.reduce_mean(per_position, axis=extra_axes)
     correct = tf.reduce_mean(correct_positions, axis=extra_axes)
   else:
@@ -61,11 +67,11 @@ def add_stats(a: BatchStats, b: BatchStats) -> BatchStats:
   return BatchStats(*(u + v for u, v in zip(a, b)))
 
 
-def batch_gradient(predict, weights, x, y, mask, extra_gradient=None):
+def batch_gradient(predict, weights, x, y, mask, extra_gradient=None, pad_label=None):
   """Gradient of the batch's mean loss w.r.t. `weights` (+ `extra_gradient(weights)`)."""
   with tf.GradientTape() as tape:
     tape.watch(weights)
-    loss, stats = batch_loss(predict, weights, x, y, mask)
+    loss, stats = batch_loss(predict, weights, x, y, mask, pad_label)
   grads = tape.gradient(loss, weights)
   grads = tuple(tf.zeros_like(w) if g is None else g for g, w in zip(grads, weights))
   if extra_gradient is not None:
@@ -75,7 +81,7 @@ def batch_gradient(predict, weights, x, y, mask, extra_gradient=None):
 
 def train(predict: Callable, optimizer, weights: Weights, optimizer_state, batches,
           accumulation_steps: int = 1, average_accumulated: bool = True,
-          extra_gradient: Callable | None = None):
+          extra_gradient: Callable | None = None, pad_label: int | None = None):
   """Runs local training over every batch in `batches`.
 
   Args:
@@ -88,6 +94,7 @@ def train(predict: Callable, optimizer, weights: Weights, optimizer_state, batch
     average_accumulated: average (True) or sum (False) accumulated gradients.
     extra_gradient: optional `weights -> gradient` added to every batch
       gradient (e.g. elastic averaging's pull toward the center model).
+    pad_label: label of padding positions in sequence targets, or None.
 
   Returns:
     `(weights, optimizer_state, BatchStats)` after the last step.
@@ -102,7 +109,8 @@ def train(predict: Callable, optimizer, weights: Weights, optimizer_state, batch
     has_examples = tf.reduce_sum(mask) > 0
 
     def accumulate():
-      grads, batch_stats = batch_gradient(predict, weights, x, y, mask, extra_gradient)
+      grads, batch_stats = batch_gradient(
+          predict, weights, x, y, mask, extra_gradient, pad_label)
       return (tuple(a + g for a, g in zip(acc, grads)), acc_count + 1.0,
               add_stats(stats, batch_stats))
 
@@ -128,7 +136,7 @@ def train(predict: Callable, optimizer, weights: Weights, optimizer_state, batch
   return weights, optimizer_state, stats
 
 
-def gradient(predict: Callable, weights: Weights, batches):
+def gradient(predict: Callable, weights: Weights, batches, pad_label: int | None = None):
   """Example-weighted mean gradient over all batches, and the stats (FedSGD)."""
   weights = tuple(weights)
   num_steps = tf.shape(batches["mask"])[0]
@@ -136,7 +144,7 @@ def gradient(predict: Callable, weights: Weights, batches):
   def step(i, acc, stats):
     mask = batches["mask"][i]
     grads, batch_stats = batch_gradient(
-        predict, weights, batches["x"][i], batches["y"][i], mask)
+        predict, weights, batches["x"][i], batches["y"][i], mask, pad_label=pad_label)
     count = tf.reduce_sum(mask)
     return i + 1, tuple(a + g * count for a, g in zip(acc, grads)), add_stats(stats, batch_stats)
 
@@ -147,14 +155,15 @@ def gradient(predict: Callable, weights: Weights, batches):
   return tuple(a / total for a in acc), stats
 
 
-def evaluate(predict: Callable, weights: Weights, batches) -> BatchStats:
+def evaluate(predict: Callable, weights: Weights, batches,
+             pad_label: int | None = None) -> BatchStats:
   """Loss and accuracy sums of `weights` over all batches (no training)."""
   weights = tuple(weights)
   num_steps = tf.shape(batches["mask"])[0]
 
   def step(i, stats):
     _, batch_stats = batch_loss(
-        predict, weights, batches["x"][i], batches["y"][i], batches["mask"][i])
+        predict, weights, batches["x"][i], batches["y"][i], batches["mask"][i], pad_label)
     return i + 1, add_stats(stats, batch_stats)
 
   _, stats = tf.while_loop(lambda i, *_: i < num_steps, step, (tf.constant(0), zero_stats()))

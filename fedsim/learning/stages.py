@@ -59,7 +59,8 @@ def model_delta_client_work(task, optimizer, uniform_weighting: bool,
     start = tuple(model_weights.trainable)
     trained, _, stats = local_training.train(
         predict, optimizer, start, optimizer.initialize(trainable_specs), batches,
-        accumulation_steps=accumulation_steps, average_accumulated=average_accumulated)
+        accumulation_steps=accumulation_steps, average_accumulated=average_accumulated,
+        pad_label=task.model.pad_label)
     delta = tuple(s - t for s, t in zip(start, trained))
     weight = tf.constant(1.0) if uniform_weighting else stats.num_examples
     return delta, weight, stats

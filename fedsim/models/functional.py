@@ -31,6 +31,7 @@ class TaskModel:
   num_classes: int
   x_dtype: Any = np.float32
   label_shape: tuple[int, ...] = ()
+  pad_label: int | None = None  # sequence targets: padding label, not counted
 
   def client_data_type(self, batch_size: int):
     """TFF type of one client's packed batches for this model."""
@@ -39,7 +40,7 @@ class TaskModel:
 
 
 def build_task_model(spec: Component, input_shape, num_classes: int, seed: int,
-                     x_dtype=np.float32, label_shape=()) -> TaskModel:
+                     x_dtype=np.float32, label_shape=(), pad_label=None) -> TaskModel:
   """Builds the registered model `spec` with weights initialized from `seed`.
 
   Raises:
@@ -68,4 +69,4 @@ def build_task_model(spec: Component, input_shape, num_classes: int, seed: int,
       weights_type=tff.types.tensorflow_to_type(specs),
       num_params=int(sum(w.size for w in trainable)),
       input_shape=tuple(input_shape), num_classes=num_classes,
-      x_dtype=np.dtype(x_dtype), label_shape=tuple(label_shape))
+      x_dtype=np.dtype(x_dtype), label_shape=tuple(label_shape), pad_label=pad_label)

@@ -86,3 +86,19 @@ def test_stats_are_sums_over_real_examples():
   _, stats = _train((w0, b0), batches, lr=0.1)
   np.testing.assert_allclose(float(stats.loss_sum), 2 * np.log(2), rtol=1e-6)
   assert float(stats.num_examples) == 2
+
+
+def test_pad_positions_count_in_neither_loss_nor_accuracy():
+  """Sequence targets: each example's loss is the mean over its non-pad positions."""
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(2, 3, 4)).astype(np.float32)  # [batch, time, classes]
+  y = np.array([[1, 2, 0], [3, 0, 0]], np.int32)           # 0 = pad
+  mask = np.ones(2, np.float32)
+  _, stats = local_training.batch_loss(lambda w, x: x, (), tf.constant(logits),
+                                       tf.constant(y), tf.constant(mask), pad_label=0)
+  log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+  per_example = [-(log_p[0, 0, 1] + log_p[0, 1, 2]) / 2, -log_p[1, 0, 3]]
+  np.testing.assert_allclose(float(stats.loss_sum), sum(per_example), rtol=1e-6)
+  hits = logits.argmax(-1) == y
+  expected_correct = hits[0, :2].mean() + hits[1, :1].mean()
+  np.testing.assert_allclose(float(stats.correct), expected_correct, rtol=1e-6)
