@@ -7,15 +7,20 @@ use of either is kept in this module: an upgrade rewrites this file only.
 User encoders (see `fedsim.compression.register_encoder`) may use the names
 re-exported here: `stages` (built-in encoding stages), `EncodingStageInterface`
 and `tf_style_encoding_stage` (to write a stage), `Encoder` and `chain`.
+`SeededUniformQuantizationStage` and `SeededHadamardStage` replace the
+built-in stages of the same kind where a run must repeat: tensor_encoding's
+draw unseeded random numbers inside the computation.
 """
 
 from __future__ import annotations
 
+import collections
 from typing import Any, Callable
 
 import tensorflow as tf
 import tensorflow_federated as tff
 from tensorflow_model_optimization.python.core.internal import tensor_encoding as te
+from tensorflow_model_optimization.python.core.internal.tensor_encoding.utils import tf_utils
 
 Encoder = te.core.Encoder
 EncodingStageInterface = te.core.EncodingStageInterface
@@ -24,6 +29,97 @@ tf_style_encoding_stage = te.core.tf_style_encoding_stage
 stages = te.stages
 
 _STAGE_TYPES = (EncodingStageInterface, AdaptiveEncodingStageInterface)
+
+
+def _fingerprint_seed(x: tf.Tensor) -> tf.Tensor:
+  """int32[2]: the 8 bytes of a fingerprint of `x`'s values, a stateless-RNG seed.
+
+  Seeding the randomness with the value being encoded makes encoding a pure
+  function (same run, same bits: reruns and resumed checkpoints match), while
+  clients' updates and successive rounds, which differ, still draw unrelated
+  noise.
+  """
+  fingerprint = tf.fingerprint(tf.reshape(x, [1, -1]))   # uint8[1, 8]
+  return tf.bitcast(tf.reshape(fingerprint, [2, 4]), tf.int32)
+
+
+class SeededUniformQuantizationStage(te.stages.UniformQuantizationEncodingStage):
+  """`UniformQuantizationEncodingStage` whose stochastic rounding is seeded by its input.
+
+  tensor_encoding draws the rounding noise with unseeded `tf.random.uniform`.
+  Here the noise is `tf.random.stateless_uniform` seeded by a fingerprint of
+  the input: encoding the same tensor twice gives the same output. Rounding
+  still goes up with probability equal to the remainder, so over different
+  inputs it stays unbiased. Same encoded tensors and bits as the parent.
+  """
+
+  def encode(self, x, encode_params, name=None):
+    if not self._stochastic:
+      return super().encode(x, encode_params, name)
+    with tf.name_scope(name or f"{self.name}_encode"):
+      x = tf.convert_to_tensor(x)
+      encode_params = tf.nest.map_structure(tf.convert_to_tensor, encode_params)
+      seed = _fingerprint_seed(x)
+      if self.MIN_MAX_VALUES_KEY in encode_params:
+        min_max = tf.cast(encode_params[self.MIN_MAX_VALUES_KEY], x.dtype)
+        low, high = min_max[0], min_max[1]
+        x = tf.clip_by_value(x, low, high)
+      else:
+        low, high = tf.reduce_min(x), tf.reduce_max(x)
+      levels = tf.cast(encode_params[self.MAX_INT_VALUE_PARAMS_KEY], x.dtype)
+      # On [0, levels]; all zeros when low == high.
+      scaled = tf.math.divide_no_nan(x - low, high - low) * levels
+      floored = tf.floor(scaled)
+      noise = tf.random.stateless_uniform(tf.shape(scaled), seed, dtype=x.dtype)
+      rounded_up = tf.cast(noise < scaled - floored, x.dtype)
+      encoded = collections.OrderedDict([(self.ENCODED_VALUES_KEY, floored + rounded_up)])
+      if self.MIN_MAX_VALUES_KEY not in encode_params:
+        encoded[self.MIN_MAX_VALUES_KEY] = tf.stack([low, high])
+      return encoded
+
+
+class SeededHadamardStage(te.stages.HadamardEncodingStage):
+  """`HadamardEncodingStage` whose random signs are seeded by its input.
+
+  tensor_encoding draws the seed in `get_params` with unseeded
+  `tf.random.uniform` (on the server, sent to every client for a mean). Here
+  `encode` takes it from a fingerprint of the input and sends it along as
+  int32[2] (64 bits) under `seed`, and `decode` reads it from there. Clients
+  thus rotate with different signs, so the rotation no longer commutes with
+  sum: the server undoes each client's rotation before summing.
+  """
+
+  @property
+  def commutes_with_sum(self):
+    return False
+
+  def get_params(self, name=None):
+    del name  # The seed comes with the encoded value.
+    return collections.OrderedDict(), collections.OrderedDict()
+
+  def encode(self, x, encode_params, name=None):
+    del encode_params  # Empty.
+    with tf.name_scope(name or f"{self.name}_encode"):
+      x = self._validate_and_expand_encode_input(tf.convert_to_tensor(x))
+      seed = _fingerprint_seed(x)
+      signed = x * self._random_signs(x.shape.as_list()[1], seed, x.dtype)
+      rotated = tf_utils.fast_walsh_hadamard_transform(self._pad(signed))
+      return collections.OrderedDict([(self.ENCODED_VALUES_KEY, rotated),
+                                      (self.SEED_PARAMS_KEY, seed)])
+
+  def decode(self, encoded_tensors, decode_params, num_summands=None, shape=None, name=None):
+    del decode_params, num_summands  # Unused: each decode undoes one rotation.
+    with tf.name_scope(name or f"{self.name}_decode"):
+      rotated = tf.convert_to_tensor(encoded_tensors[self.ENCODED_VALUES_KEY])
+      shape = tf.convert_to_tensor(shape)
+      unrotated = tf_utils.fast_walsh_hadamard_transform(rotated)
+      # Drop the zero padding: keep the input's last dimension.
+      decoded = tf.slice(unrotated, [0, 0], [tf.shape(unrotated)[0], shape[-1]])
+      decoded *= self._random_signs(decoded.shape.as_list()[-1],
+                                    encoded_tensors[self.SEED_PARAMS_KEY], decoded.dtype)
+      if shape.shape.num_elements() == 1:
+        decoded = tf.squeeze(decoded, [0])
+      return decoded
 
 
 def _pin_static_shape(tensor: tf.Tensor) -> tf.Tensor:
@@ -128,12 +224,14 @@ def quantization_encoder(bits: int, stochastic: bool, rotate: bool) -> Encoder:
   steps; min and max travel with the packed values as two floats. Packing
   writes the values' bits back to back, 28 to an int32 (so that a varint stays
   4 bytes): about bits * 32 / 28 bits per element on the wire.
-  The rotation pads the vector with zeros to the next power of two.
+  The rotation pads the vector with zeros to the next power of two; its signs'
+  seed (int32[2], 64 bits) travels with the encoded value. Random draws are
+  seeded by the values encoded, so encoding is a pure function.
   """
   steps = [stages.FlattenEncodingStage()]
   if rotate:
-    steps.append(stages.HadamardEncodingStage())
-  steps.append(stages.UniformQuantizationEncodingStage(bits, stochastic=stochastic))
+    steps.append(SeededHadamardStage())
+  steps.append(SeededUniformQuantizationStage(bits, stochastic=stochastic))
   steps.append(stages.BitpackingEncodingStage(bits))
   return chain(*steps)
 

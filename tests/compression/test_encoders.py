@@ -203,3 +203,70 @@ def test_builder_returning_something_else_is_a_type_error():
 def test_chain_needs_one_compressible_output_per_parent():
   with pytest.raises(ValueError, match="stage 'bitpacking'"):
     te_api.chain(te_api.stages.BitpackingEncodingStage(8), te_api.stages.FlattenEncodingStage())
+
+
+def _seeded_quantize(values: np.ndarray, bits: int = 8) -> np.ndarray:
+  """Levels (floats in [0, 2**bits - 1]) from fedsim's seeded stochastic quantizer."""
+  stage = te_api.SeededUniformQuantizationStage(bits, stochastic=True)
+  params, _ = stage.get_params()
+  return stage.encode(tf.constant(values), params)["quantized_values"].numpy()
+
+
+def test_stochastic_rounding_is_a_function_of_the_input():
+  values = np.random.default_rng(5).normal(size=[200, 100]).astype(np.float32)
+  first, second = _round_trip(values, UNIFORM8), _round_trip(values.copy(), UNIFORM8)
+  np.testing.assert_array_equal(first[0], second[0])
+  for key in first[1]:
+    np.testing.assert_array_equal(first[1][key], second[1][key])
+
+
+def test_stochastic_rounding_noise_differs_between_inputs():
+  # Change one element (not the min or max): the other 19,999 keep their
+  # scaled values, but their rounding draws must be new.
+  values = np.random.default_rng(6).uniform(-1, 1, size=[20000]).astype(np.float32)
+  values[[0, 1]] = -1.0, 1.0
+  changed = values.copy()
+  changed[2] = np.nextafter(changed[2], np.float32(2))
+  a, b = _seeded_quantize(values)[3:], _seeded_quantize(changed)[3:]
+  scaled, _, _ = _reference_levels(values, 8)
+  fractional = scaled[3:] - np.floor(scaled[3:])
+  # Independent draws disagree with probability 2 f (1 - f) per element.
+  expected = np.mean(2 * fractional * (1 - fractional))
+  assert abs(np.mean(a != b) - expected) < 0.02
+  assert expected > 0.2
+
+
+def test_stochastic_rounding_goes_up_with_probability_of_the_remainder():
+  # Levels k + f with min 0 and max 255, so the scale is the identity: each
+  # value rounds up with probability f. 50,000 values per remainder; the
+  # frequency's standard deviation is at most 0.0023.
+  remainders = np.array([0.1, 0.25, 0.5, 0.9], np.float32)
+  rng = np.random.default_rng(7)
+  levels = rng.integers(0, 255, size=[200000]).astype(np.float32)
+  fraction = np.tile(remainders, 50000)
+  values = levels + fraction
+  values[[0, 1]] = 0.0, 255.0
+  quantized = _seeded_quantize(values)
+  up = quantized[2:] > levels[2:]
+  assert np.all((quantized[2:] == levels[2:]) | (quantized[2:] == levels[2:] + 1))
+  for r in remainders:
+    assert abs(up[fraction[2:] == r].mean() - r) < 0.01, r
+  # Unbiased: the mean error is near zero (its standard deviation is ~0.001).
+  assert abs(np.mean(quantized[2:] - values[2:])) < 0.005
+
+
+def test_hadamard_signs_are_a_function_of_the_input():
+  stage = te_api.SeededHadamardStage()
+  values = np.random.default_rng(8).normal(size=[1000]).astype(np.float32)
+  encode = lambda v: {k: t.numpy() for k, t in stage.encode(tf.constant(v), {}).items()}
+  first, again = encode(values), encode(values.copy())
+  other = encode(values + np.float32(1e-3))
+  np.testing.assert_array_equal(first["hadamard_values"], again["hadamard_values"])
+  np.testing.assert_array_equal(first["seed"], again["seed"])
+  assert first["seed"].dtype == np.int32 and first["seed"].shape == (2,)
+  assert not np.array_equal(first["seed"], other["seed"])
+  # The rotation is exact up to float32 rounding; decoding needs only the
+  # encoded tensors (the seed included), no parameters.
+  decoded = stage.decode({k: tf.constant(v) for k, v in first.items()}, {},
+                         shape=tf.constant([1000])).numpy()
+  np.testing.assert_allclose(decoded, values, atol=1e-5)

@@ -90,12 +90,13 @@ def _map_reduce_form(direction, inputs: int = 200) -> tff.backends.mapreduce.Map
      [("int32", (5715, 1)), ("float32", (2,))],
      182_944 + 3_200 + 32, 182_944 + 3_200 + 192 + 32),
     # Hadamard pads 20000 to 32768 values: ceil(32768 * 8 / 28) = 9363 int32s
-    # and min/max (299,680 bits). The int64[2] rotation seed travels with the
-    # broadcast value, and the aggregator sends clients its own seed.
+    # and min/max (299,680 bits). The rotation's int32[2] seed, a fingerprint
+    # of the encoded value, travels with it, both ways (64 bits); the server
+    # sends no seed for the clients' rotations.
     (200, {"encoder": "hadamard", "bits": 8},
-     [("int32", (9363, 1)), ("float32", (2,)), ("int64", (2,)), ("int64", (2,))],
-     [("int32", (9363, 1)), ("float32", (2,))],
-     299_680 + 128 + 128 + 3_200 + 32, 299_680 + 3_200 + 192 + 32),
+     [("int32", (9363, 1)), ("float32", (2,)), ("int32", (2,))],
+     [("int32", (9363, 1)), ("float32", (2,)), ("int32", (2,))],
+     299_680 + 64 + 3_200 + 32, 299_680 + 64 + 3_200 + 192 + 32),
     # A 100x100 kernel: ceil(10000 * 8 / 28) = 2858 int32s (91,520 bits).
     (100, {"encoder": "uniform", "bits": 8},
      [("int32", (2858, 1)), ("float32", (2,))],
@@ -105,9 +106,9 @@ def _map_reduce_form(direction, inputs: int = 200) -> tff.backends.mapreduce.Map
     # (149,888 bits with min/max). This size once left the packed values
     # int32[None, 1] in the compiled graph (see test_encoders.py).
     (100, {"encoder": "hadamard", "bits": 8},
-     [("int32", (4682, 1)), ("float32", (2,)), ("int64", (2,)), ("int64", (2,))],
-     [("int32", (4682, 1)), ("float32", (2,))],
-     149_888 + 128 + 128 + 3_200 + 32, 149_888 + 3_200 + 192 + 32),
+     [("int32", (4682, 1)), ("float32", (2,)), ("int32", (2,))],
+     [("int32", (4682, 1)), ("float32", (2,)), ("int32", (2,))],
+     149_888 + 64 + 3_200 + 32, 149_888 + 64 + 3_200 + 192 + 32),
     (200, None, [("float32", (200, 100))], [("float32", (200, 100))],
      640_000 + 3_200 + 32, 640_000 + 3_200 + 192 + 32),
 ])
@@ -160,14 +161,14 @@ def test_every_size_compiles_with_static_encoded_shapes(name):
   rotate = name == "hadamard"
   padded = [1 << (n - 1).bit_length() if rotate else n for n in SWEEP_SIZES]
   encoded = [("int32", (-(-p * 8 // 28), 1)) for p in padded] + [("float32", (2,))] * len(padded)
-  # Rotation seeds go to the clients twice (the broadcast's and the mean's); the
-  # unweighted mean also sums an int32 count of clients.
-  seeds = [("int64", (2,))] * 2 * len(padded) if rotate else []
+  # Each rotated value carries its int32[2] seed, both ways; the unweighted
+  # mean also sums an int32 count of clients.
+  seeds = [("int32", (2,))] * len(padded) if rotate else []
   assert sorted(tensor_leaves(mrf.prepare.type_signature.result)) == sorted(encoded + seeds)
   assert sorted(tensor_leaves(mrf.work.type_signature.result[0])) == sorted(
-      encoded + [("int32", ())])
-  encoded_bits = sum(-(-p * 8 // 28) * 32 + 64 for p in padded)
-  assert wire_bits(mrf.prepare.type_signature.result) == encoded_bits + 128 * len(seeds)
+      encoded + seeds + [("int32", ())])
+  encoded_bits = sum(-(-p * 8 // 28) * 32 + 64 for p in padded) + 64 * len(seeds)
+  assert wire_bits(mrf.prepare.type_signature.result) == encoded_bits
   assert wire_bits(mrf.work.type_signature.result[0]) == encoded_bits + 32
 
 
