@@ -85,11 +85,18 @@ def _summary(result, variant: str | None) -> str:
       f"{label}rounds: {len(result.metrics)}"
       + (f", final eval/accuracy {acc:.4f}" if acc is not None else ""),
       f"{label}communicated: broadcast {format_bits(sizes.broadcast_bits)}"
-      f" ({ref_b / wire.broadcast:.2f}x less than uncompressed),"
+      f" ({_vs_uncompressed(ref_b, wire.broadcast)}),"
       f" aggregate {format_bits(sizes.aggregate_bits)}"
-      f" ({ref_a / wire.aggregate:.2f}x less than uncompressed)",
+      f" ({_vs_uncompressed(ref_a, wire.aggregate)})",
   ]
   return "\n".join(lines)
+
+
+def _vs_uncompressed(reference_bits: int, bits: int) -> str:
+  """How a per-client size compares with the same algorithm uncompressed."""
+  if reference_bits == bits:
+    return "uncompressed"
+  return f"{reference_bits / bits:.2f}x fewer bits than uncompressed"
 
 
 def _run(args) -> int:
