@@ -170,18 +170,17 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
     for sink in (sinks, time_sink):
       if sink is not None:
         sink.close()
-  final = {}
-  for row in history:
-    final.update(row)
+  result = RunResult(run_dir=run_dir, metrics=history, size_info=sizes,
+                     final_weights=final_weights,
+                     uncompressed_bits_per_client=(sim.uncompressed_wire.broadcast,
+                                                   sim.uncompressed_wire.aggregate))
+  final = result.final
   write_hparams(run_dir, flat_hparams(plain_config), {
       k: final[k] for k in ("eval/accuracy", "eval/loss", "train/loss",
                             "cumulative_broadcast_bits", "cumulative_aggregate_bits")
       if k in final}, step=config.rounds)
   write_status(run_dir, "completed")
-  return RunResult(run_dir=run_dir, metrics=history, size_info=sizes,
-                   final_weights=final_weights,
-                   uncompressed_bits_per_client=(sim.uncompressed_wire.broadcast,
-                                                 sim.uncompressed_wire.aggregate))
+  return result
 
 
 def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_num: int,

@@ -45,9 +45,12 @@ def build_simulation(config: ExperimentConfig) -> Simulation:
     UserError: bad combinations found only once data is loaded.
   """
   data = DATASETS.get(config.data.name).build(config.data.params, config.seed)
-  if config.clients_per_round > len(data.client_ids):
-    raise UserError(f"clients_per_round: {config.clients_per_round} is larger than the"
-                    f" {len(data.client_ids)} clients of data '{config.data.name}'")
+  sampled = config.clients_per_round + config.backup_clients
+  if sampled > len(data.client_ids):
+    key = "clients_per_round" if not config.backup_clients else "backup_clients"
+    raise UserError(f"{key}: {sampled} clients per round (clients_per_round +"
+                    f" backup_clients) is more than the {len(data.client_ids)} clients of"
+                    f" data '{config.data.name}'")
   try:
     model = build_task_model(config.model, data.input_shape, data.num_classes, config.seed,
                              x_dtype=data.test.x.dtype, label_shape=data.test.y.shape[1:],
@@ -55,14 +58,11 @@ def build_simulation(config: ExperimentConfig) -> Simulation:
   except ValueError as e:
     raise UserError(f"model.name: {e}") from None
   algorithm = _build_algorithm(config, model, config.compression)
-  wire = client_wire_bits(algorithm.sizing_process or algorithm.process,
-                          algorithm.upload_extras_types)
-  if config.compression is not None and (config.compression.broadcast or config.compression.aggregation):
-    reference = _build_algorithm(config, model, None)
-    uncompressed = client_wire_bits(reference.sizing_process or reference.process,
-                                    reference.upload_extras_types)
-  else:
-    uncompressed = wire
+  wire = _wire_bits(algorithm)
+  compressed = config.compression is not None and (
+      config.compression.broadcast or config.compression.aggregation)
+  # The uncompressed reference is sized from its own compiled process too.
+  uncompressed = _wire_bits(_build_algorithm(config, model, None)) if compressed else wire
   round_process, notice = _round_process(algorithm, config.runtime)
   return Simulation(
       config=config, data=data, model=model, algorithm=algorithm,
@@ -87,6 +87,11 @@ def _round_process(algorithm: FederatedAlgorithm, runtime) -> tuple[Any, str | N
       reason = str(e)
   return algorithm.process, (f"runtime.name: inprocess cannot run this algorithm ({reason});"
                              " using local")
+
+
+def _wire_bits(algorithm: FederatedAlgorithm) -> ClientWireBits:
+  return client_wire_bits(algorithm.sizing_process or algorithm.process,
+                          algorithm.upload_extras_types)
 
 
 def _build_algorithm(config, model, compression) -> FederatedAlgorithm:

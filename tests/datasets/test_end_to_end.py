@@ -47,3 +47,13 @@ def test_shakespeare_lstm(tff_runtime, one_cache_dir, tmp_path):
   assert result.metrics[0]["train/num_examples"] == 22.0
   loss = result.metrics[-1]["eval/loss"]
   assert 0.0 < loss < 2 * 4.5  # ln(90) = 4.50 at chance
+
+
+def test_population_too_small_for_backup_clients_fails_before_the_run(one_cache_dir, tmp_path):
+  """EMNIST's population is known only once its file is read (no data.num_clients)."""
+  config = {"name": "tiny", "rounds": 1, "clients_per_round": 2, "backup_clients": 50,
+            "data": {"name": "emnist", "cache_dir": str(one_cache_dir), "batch_size": 4},
+            "model": {"name": "logistic"}}
+  with pytest.raises(fedsim.UserError, match=r"^backup_clients: 52 clients per round"):
+    fedsim.run(config, logdir=tmp_path / "runs", progress=False)
+  assert not (tmp_path / "runs").exists()
