@@ -28,13 +28,7 @@ def build_encoded_mean(
     The factory. Its processes keep the encoders' state as their state; the
     weights are summed unencoded.
   """
-  if spec is None:
-    return tff.aggregators.MeanFactory() if weighted else tff.aggregators.UnweightedMeanFactory()
-
-  def gather_encoder_for(tensor_spec):
-    return te_api.gather_encoder(encoder_for(tensor_spec, spec), tensor_spec)
-
-  value_sum = te_api.encoded_sum_factory(gather_encoder_for)
+  value_sum = build_encoded_sum(spec)  # SumFactory, TFF's default, when spec is None
   if weighted:
     return tff.aggregators.MeanFactory(value_sum)
   return tff.aggregators.UnweightedMeanFactory(value_sum)

@@ -135,6 +135,11 @@ def _pin_static_shape(tensor: tf.Tensor) -> tf.Tensor:
   return tf.ensure_shape(tensor, tensor.shape)
 
 
+def _wrapped_property(name: str) -> property:
+  """A read-only property returning the wrapped stage's (`self._stage`) `name`."""
+  return property(lambda self: getattr(self._stage, name))
+
+
 class _StaticShapeStage(EncodingStageInterface):
   """An encoding stage whose encoded and decoded tensors keep their static shapes.
 
@@ -150,21 +155,10 @@ class _StaticShapeStage(EncodingStageInterface):
   def __init__(self, stage: EncodingStageInterface):
     self._stage = stage
 
-  @property
-  def name(self):
-    return self._stage.name
-
-  @property
-  def compressible_tensors_keys(self):
-    return self._stage.compressible_tensors_keys
-
-  @property
-  def commutes_with_sum(self):
-    return self._stage.commutes_with_sum
-
-  @property
-  def decode_needs_input_shape(self):
-    return self._stage.decode_needs_input_shape
+  name = _wrapped_property("name")
+  compressible_tensors_keys = _wrapped_property("compressible_tensors_keys")
+  commutes_with_sum = _wrapped_property("commutes_with_sum")
+  decode_needs_input_shape = _wrapped_property("decode_needs_input_shape")
 
   # `name` as in `tf_style_encoding_stage`, which tensor_encoding's adaptive
   # wrapper passes on.
@@ -182,7 +176,7 @@ class _StaticShapeStage(EncodingStageInterface):
 
 def _with_static_shapes(stage: Any) -> Any:
   """`stage` wrapped in `_StaticShapeStage`; an adaptive stage is returned as is."""
-  if isinstance(stage, EncodingStageInterface) and not isinstance(stage, _StaticShapeStage):
+  if isinstance(stage, EncodingStageInterface):
     return _StaticShapeStage(stage)
   return stage
 

@@ -10,8 +10,8 @@ cut into windows of `sequence_length + 1` tokens; a window gives x = its first
 T tokens and y = its last T (x int32 [n, T], y int32 [n, T]). Unlike TFF's
 baseline, which pads every snippet to a multiple of T + 1, only a client's last
 window is padded, so little compute goes to padding; padded positions (label
-PAD) count in neither loss nor accuracy (`FederatedData.pad_label`). The held-out set is TFF's test split of every role, cut the same
-way.
+PAD) count in neither loss nor accuracy (`FederatedData.pad_label`). The
+held-out set is TFF's test split of every role, cut the same way.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ Each client is a Stack Overflow user; an example in the file is one sentence
 of a question or answer, already lower-cased and tokenized (space-separated
 `tokens`). As TFF's baseline does, a sentence becomes BOS + words + EOS,
 truncated or padded to `sequence_length + 1` tokens, and x / y are that window
-without its last / first token (int32 [n, T] each). Pad positions count in
-fedsim's loss and accuracy (no per-token mask), unlike TFF's masked metrics.
+without its last / first token (int32 [n, T] each). Pad positions (label
+PAD) count in neither loss nor accuracy (`FederatedData.pad_label`).
 
 The vocabulary is built from the data itself: the `vocab_size` most frequent
 words of the chosen clients' training sentences (ties broken alphabetically),

@@ -82,46 +82,40 @@ def _map_reduce_form(direction, inputs: int = 200) -> tff.backends.mapreduce.Map
   return tff.backends.mapreduce.get_map_reduce_form_for_computation(process.next)
 
 
-@pytest.mark.parametrize("inputs, config, kernel_sent, kernel_received, prepare_bits, work_bits", [
+@pytest.mark.parametrize("inputs, config, kernel, kernel_bits", [
     # 8-bit values are packed 28 bits to an int32: ceil(20000 * 8 / 28) = 5715,
     # plus min and max: 5715 * 32 + 64 = 182,944 bits (vs 640,000 as float32).
     (200, {"encoder": "uniform", "bits": 8},
-     [("int32", (5715, 1)), ("float32", (2,))],
-     [("int32", (5715, 1)), ("float32", (2,))],
-     182_944 + 3_200 + 32, 182_944 + 3_200 + 192 + 32),
+     [("int32", (5715, 1)), ("float32", (2,))], 182_944),
     # Hadamard pads 20000 to 32768 values: ceil(32768 * 8 / 28) = 9363 int32s
     # and min/max (299,680 bits). The rotation's int32[2] seed, a fingerprint
     # of the encoded value, travels with it, both ways (64 bits); the server
     # sends no seed for the clients' rotations.
     (200, {"encoder": "hadamard", "bits": 8},
-     [("int32", (9363, 1)), ("float32", (2,)), ("int32", (2,))],
-     [("int32", (9363, 1)), ("float32", (2,)), ("int32", (2,))],
-     299_680 + 64 + 3_200 + 32, 299_680 + 64 + 3_200 + 192 + 32),
+     [("int32", (9363, 1)), ("float32", (2,)), ("int32", (2,))], 299_680 + 64),
     # A 100x100 kernel: ceil(10000 * 8 / 28) = 2858 int32s (91,520 bits).
     (100, {"encoder": "uniform", "bits": 8},
-     [("int32", (2858, 1)), ("float32", (2,))],
-     [("int32", (2858, 1)), ("float32", (2,))],
-     91_520 + 3_200 + 32, 91_520 + 3_200 + 192 + 32),
+     [("int32", (2858, 1)), ("float32", (2,))], 91_520),
     # Hadamard pads 10000 to 16384: ceil(16384 * 8 / 28) = 4682 int32s
     # (149,888 bits with min/max). This size once left the packed values
     # int32[None, 1] in the compiled graph (see test_encoders.py).
     (100, {"encoder": "hadamard", "bits": 8},
-     [("int32", (4682, 1)), ("float32", (2,)), ("int32", (2,))],
-     [("int32", (4682, 1)), ("float32", (2,)), ("int32", (2,))],
-     149_888 + 64 + 3_200 + 32, 149_888 + 64 + 3_200 + 192 + 32),
-    (200, None, [("float32", (200, 100))], [("float32", (200, 100))],
-     640_000 + 3_200 + 32, 640_000 + 3_200 + 192 + 32),
+     [("int32", (4682, 1)), ("float32", (2,)), ("int32", (2,))], 149_888 + 64),
+    (200, None, [("float32", (200, 100))], 640_000),
 ])
-def test_fed_avg_sends_the_encoded_form_both_ways(
-    inputs, config, kernel_sent, kernel_received, prepare_bits, work_bits):
+def test_fed_avg_sends_the_encoded_form_both_ways(inputs, config, kernel, kernel_bits):
+  # The kernel crosses the wire in the same encoded form both ways.
   direction = None if config is None else parse_direction(config, "compression.broadcast")
   mrf = _map_reduce_form(direction, inputs)
   prepare = mrf.prepare.type_signature.result
   work = mrf.work.type_signature.result[0]
-  assert sorted(tensor_leaves(prepare)) == sorted(kernel_sent + PREPARE_OTHER)
-  assert sorted(tensor_leaves(work)) == sorted(kernel_received + WORK_OTHER)
-  assert wire_bits(prepare) == prepare_bits
-  assert wire_bits(work) == work_bits
+  assert sorted(tensor_leaves(prepare)) == sorted(kernel + PREPARE_OTHER)
+  assert sorted(tensor_leaves(work)) == sorted(kernel + WORK_OTHER)
+  # Besides the kernel: the float32 bias (3,200 bits) and a float32 each way
+  # (the learning rate down, the client weight up), plus 192 bits of loss sum
+  # and count and example and batch counts up.
+  assert wire_bits(prepare) == kernel_bits + 3_200 + 32
+  assert wire_bits(work) == kernel_bits + 3_200 + 192 + 32
 
 
 # Sizes around powers of two (Hadamard pads them to 2048, 4096, 16384, 32768, 131072).
