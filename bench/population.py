@@ -33,7 +33,7 @@ def main() -> None:
   state = process.initialize()
   for round_num in range(1, rounds + 1):
     ids = sim.sampler.sample(round_num, 10)
-    state, _ = process.next(state, client_batches(sim, round_num, ids))
+    state, _ = process.next(state, list(client_batches(sim, round_num, ids).values()))
   data = sum(c.x.nbytes + c.y.nbytes for c in sim.data.clients.values())
   print(json.dumps({
       "population": population,

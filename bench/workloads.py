@@ -62,7 +62,7 @@ class Workload:
       clients = [(self.sim.data.clients[c].x, self.sim.data.clients[c].y) for c in ids]
       return baselines.stock_tff_round(self._keras_model, clients, BATCH_SIZE,
                                        CLIENT_LR, SERVER_LR)
-    packed = client_batches(self.sim, 1, ids)
+    packed = list(client_batches(self.sim, 1, ids).values())
     if runtime == "lower_bound":
       return baselines.lower_bound_round(self._keras_model(), packed, CLIENT_LR, SERVER_LR)
     if runtime == "local":

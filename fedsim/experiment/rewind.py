@@ -24,6 +24,7 @@ import re
 from fedsim.experiment.checkpoint import Checkpoint
 
 _EVENTS_PREFIX = "events.out.tfevents."
+_TIME_DIR = "simulated_time"  # the run loop's TensorBoard log of simulated seconds
 _ROUND_LINE = re.compile(r"round (\d+):")
 
 
@@ -33,16 +34,13 @@ def rewind_logs(run_dir: pathlib.Path, checkpoint: Checkpoint) -> None:
   Raises:
     OSError: if a log file cannot be rewritten.
   """
-  for path in sorted(run_dir.rglob(_EVENTS_PREFIX + "*")):
-    if path.is_file() and _under_logs(run_dir, path):
-      max_step = checkpoint.round_num if path.parent == run_dir else None
-      rewrite_event_file(path, checkpoint.wall_time, max_step)
+  # Only the run loop's two log directories: a recursive search would walk
+  # every checkpoint's client-state links (thousands of files), which hold no events.
+  for log_dir, max_step in ((run_dir, checkpoint.round_num), (run_dir / _TIME_DIR, None)):
+    for path in sorted(log_dir.glob(_EVENTS_PREFIX + "*")):
+      if path.is_file():
+        rewrite_event_file(path, checkpoint.wall_time, max_step)
   _rewind_events_log(run_dir / "events.log", checkpoint.round_num)
-
-
-def _under_logs(run_dir: pathlib.Path, path: pathlib.Path) -> bool:
-  # Checkpoints and client states hold no event files; skip them cheaply.
-  return path.relative_to(run_dir).parts[0] not in ("checkpoints", "client_states")
 
 
 def rewrite_event_file(path: pathlib.Path, max_wall_time: float,

@@ -48,6 +48,7 @@ def _leaves(type_spec) -> Iterator[tff.types.TensorType]:
 
 
 def tensor_specs(type_spec) -> list[tf.TensorSpec]:
+  """A `tf.TensorSpec` per tensor leaf of `type_spec` (see `tensor_leaves`)."""
   return [tf.TensorSpec(t.shape, tf.as_dtype(t.dtype)) for t in tensor_leaves(type_spec)]
 
 
@@ -133,12 +134,10 @@ def concrete_function(computation: tff.Computation, name: str = "computation"):
   in_specs = tensor_specs(signature.parameter)
   if len(in_specs) != len(in_names) or len(tensor_leaves(signature.result)) != len(out_names):
     raise NotTensorFlow(f"{name}: bindings do not match its type {signature}")
-  node_names = {node.name for node in graph_def.node}
   token = body.session_token_tensor_name
-  token_dtype = None
-  if token and token.split(":")[0] in node_names:
-    node = next(n for n in graph_def.node if n.name == token.split(":")[0])
-    token_dtype = tf.as_dtype(node.attr["dtype"].type)
+  token_node = next((n for n in graph_def.node if token and n.name == token.split(":")[0]),
+                    None)
+  token_dtype = tf.as_dtype(token_node.attr["dtype"].type) if token_node is not None else None
 
   def imported(*args):
     input_map = dict(zip(in_names, args))
