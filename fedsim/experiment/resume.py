@@ -94,7 +94,7 @@ def check_resumable(run_dir: pathlib.Path, resolved: Mapping[str, Any]) -> Resum
                if k.split(".")[0] not in MAY_DIFFER]
   if differing:
     raise UserError(f"{run_dir}: the config differs from the checkpointed run in"
-                    f" {', '.join(differing)} (only rounds may change); use --fresh to"
+                    f" {', '.join(differing)} (only rounds and checkpoint.* may change); use --fresh to"
                     " start a new run")
   checkpoint = latest_checkpoint(run_dir)
   if checkpoint is None:

@@ -239,11 +239,8 @@ def tensorflow_function(computation: tff.Computation, device: str = "auto"):
 
 
 def _map_reduce_form(process):
-  from fedsim.runtime.quiet import filtered_stderr
+  from fedsim.sizing.mapreduce_form import map_reduce_form
   try:
-    # Grappler logs harmless "Failed to detect the fetch node(s)" errors here.
-    with filtered_stderr():
-      return tff.backends.mapreduce.get_map_reduce_form_for_computation(process.next)
-  except Exception as e:  # TFF raises several internal error types here
-    reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    raise NotCompilable(f"no MapReduceForm for this process: {reason}") from e
+    return map_reduce_form(process)  # cached: sizing compiled the same process
+  except ValueError as e:
+    raise NotCompilable(f"no MapReduceForm for this process: {e}") from e

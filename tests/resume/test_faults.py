@@ -54,8 +54,8 @@ def test_changed_config_is_refused_with_the_keys(tmp_path, capsys):
                     "--set", "rounds=9", "--set", "checkpoint.keep=1")
   assert code == 2
   assert err == [f"fedsim: error: {run_dir}: the config differs from the checkpointed run"
-                 " in algorithm.client_optimizer.learning_rate, seed (only rounds may"
-                 " change); use --fresh to start a new run"]
+                 " in algorithm.client_optimizer.learning_rate, seed (only rounds and"
+                 " checkpoint.* may change); use --fresh to start a new run"]
 
 
 @pytest.mark.parametrize("args,message", [
