@@ -6,7 +6,10 @@ import contextlib
 import tempfile
 from typing import Callable
 
-from fedsim.runtime import worker  # first: owns TFF's default context
+from fedsim import runtime
+from fedsim.runtime.session import session
+
+runtime.install_guard()  # before any computation: never TFF's own worker
 
 import baselines  # noqa: E402  (bench/baselines.py)
 from fedsim.config.loader import load_config  # noqa: E402
@@ -38,7 +41,7 @@ def config(name: str, num_clients: int = 10, examples_per_client: int | None = N
 @contextlib.contextmanager
 def tff_session():
   """A fedsim-owned TFF worker for stock TFF and `local` (never TFF's own)."""
-  with tempfile.TemporaryDirectory() as tmp, worker.session(f"{tmp}/worker.log"):
+  with tempfile.TemporaryDirectory() as tmp, session(f"{tmp}/worker.log"):
     yield
 
 

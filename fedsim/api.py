@@ -79,7 +79,7 @@ def run(config: ConfigSource, overrides: Sequence[str] = (), logdir: str | os.Pa
   from fedsim.experiment.loop import run_rounds
   from fedsim.experiment.simulation import build_simulation
   from fedsim.reporting import create_run_dir, write_config
-  from fedsim.runtime import worker
+  from fedsim.runtime.session import session
 
   results = {}
   for variant, cfg, resolved, resumption in plans:
@@ -96,8 +96,8 @@ def run(config: ConfigSource, overrides: Sequence[str] = (), logdir: str | os.Pa
     if on_run_dir:
       on_run_dir(run_dir)
     write_config(run_dir, resolved)
-    with worker.session(str(run_dir / "worker.log"),
-                        cfg.runtime.max_concurrent_computation_calls) as runtime:
+    with session(str(run_dir / "worker.log"),
+                 cfg.runtime.max_concurrent_computation_calls) as runtime:
       results[variant] = run_rounds(sim, run_dir, resolved, progress=progress,
                                     check_runtime=runtime.check_alive,
                                     resume_from=checkpoint, on_round=on_round)

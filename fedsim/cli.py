@@ -101,8 +101,8 @@ def _vs_uncompressed(reference_bits: int, bits: int) -> str:
 
 def _run(args) -> int:
   from fedsim import api
-  from fedsim.runtime import worker
-  worker.install_sigterm_handler()
+  from fedsim.runtime import signals
+  signals.install_exit_handlers()
   results = api.run(args.config, args.overrides, logdir=args.logdir,
                     progress=False if args.no_progress else None,
                     resume=args.resume, fresh=args.fresh)

@@ -1,5 +1,19 @@
 """fedsim's control over the TFF runtime process and TensorFlow's start-up.
 
-Kept free of TensorFlow imports: `fedsim.runtime.quiet` and
-`fedsim.runtime.worker` import it when they are imported themselves.
+* `worker`: the owned `worker_binary` child process (start, kill, reap).
+* `session`: which worker runs TFF computations (a run's session, the guard).
+* `signals`: how `fedsim run` exits on SIGINT / SIGTERM.
+* `quiet`: TensorFlow and TFF imported without their start-up noise.
+
+Kept free of TensorFlow imports, as are `quiet` and `signals`.
 """
+
+
+def install_guard() -> None:
+  """Opt-in: computations called outside a run use a fedsim-owned worker.
+
+  See `fedsim.runtime.session.install_guard` (imports TFF). For tests and
+  notebooks that call TFF computations themselves; `fedsim.run` needs no guard.
+  """
+  from fedsim.runtime import session  # pylint: disable=g-import-not-at-top
+  session.install_guard()

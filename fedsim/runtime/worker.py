@@ -1,36 +1,29 @@
-"""The TFF runtime process, owned and reaped by fedsim.
+"""The TFF runtime process, `worker_binary`, owned and reaped by fedsim.
 
 TFF 0.87 runs computations in a child process, `worker_binary`, over gRPC.
 TFF's own default context starts it with the caller's stdout/stderr and never
 kills it at exit, so it outlives its parent and holds the parent's pipes open.
 fedsim starts each worker itself: stdin /dev/null, output to a log file,
 SIGKILL from the kernel when fedsim's process dies (PR_SET_PDEATHSIG), kill
-and reap by `Worker.stop`, by `session` on any exit and by `shutdown` at exit.
+and reap by `Worker.stop`, and by `shutdown` at exit.
 
-The guard: importing this module replaces TFF's default context (in the
-importing thread; TFF's context stack is per thread, and other threads have
-none) with one whose worker fedsim owns. A computation called outside any
-`session`, e.g. in a notebook cell, starts that worker on demand, logging to
-`tempfile.gettempdir()/fedsim-worker-<pid>.log`, with the same guarantees; if
-it dies, the next call starts another. Import this module before any TFF
-computation runs: a worker TFF has already started cannot be taken back.
+Which computations run on a worker is decided elsewhere
+(`fedsim.runtime.session`).
 """
 
 from __future__ import annotations
 
 import atexit
 import concurrent.futures
-import contextlib
 import ctypes
 import os
 import queue
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 # Before gRPC initialises: with fork support on, every worker start prints
 # "Other threads are currently calling into gRPC, skipping fork() handlers" on
@@ -39,10 +32,8 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import grpc  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from fedsim.backend import contexts  # pylint: disable=g-import-not-at-top
 from fedsim.errors import RunFailed  # pylint: disable=g-import-not-at-top
-from fedsim.runtime import quiet  # pylint: disable=g-import-not-at-top
-
-tff = quiet.import_tff()
 
 _START_TIMEOUT_S = 60.0
 _POLL_S = 0.02
@@ -56,7 +47,7 @@ _owned: set[Worker] = set()
 _owned_lock = threading.Lock()
 
 # PR_SET_PDEATHSIG fires when the *thread* that forked the child exits. TFF
-# calls the executor stack function (where the guard starts its worker) on a
+# calls the executor stack function (where a guard starts its worker) on a
 # per-context event-loop thread and a session may be opened from any thread,
 # and the main thread cannot be made to run code on demand; so every fork
 # happens on one daemon thread of fedsim's that lives as long as the process.
@@ -124,14 +115,13 @@ class Worker:
   def __init__(self, log_path: str, max_concurrent_computation_calls: int = -1,
                *, binary: str | None = None):
     self.log_path = str(log_path)
-    self._args = [
-        binary or os.path.join(os.path.dirname(tff.__file__), "data", "worker_binary"),
-        f"--max_concurrent_computation_calls={int(max_concurrent_computation_calls)}"]
+    self._args = [binary or contexts.worker_binary(),
+                  f"--max_concurrent_computation_calls={int(max_concurrent_computation_calls)}"]
     self._process: subprocess.Popen | None = None
     self._owner_pid = os.getpid()
     self._port_socket: socket.socket | None = None
     self._channel: grpc.Channel | None = None
-    self.stub = None  # A tff.framework.RemoteExecutorGrpcStub once started.
+    self.stub = None  # A TFF executor stub (`contexts.grpc_stub`) once started.
 
   @property
   def pid(self) -> int | None:
@@ -176,7 +166,7 @@ class Worker:
       while not _accepts(port):
         self._check_starting(deadline)
       self._channel = grpc.insecure_channel(f"localhost:{port}", _CHANNEL_OPTIONS)
-      self.stub = tff.framework.RemoteExecutorGrpcStub(self._channel)
+      self.stub = contexts.grpc_stub(self._channel)
       while not self.stub.is_ready:
         self._check_starting(deadline)
     except BaseException:
@@ -231,98 +221,6 @@ def _accepts(port: int) -> bool:
   return True
 
 
-def _execution_context(stub_for_call: Callable[[], Any]):
-  """A synchronous TFF context whose executors talk to `stub_for_call()`."""
-
-  def executor_stack(cardinalities):
-    if cardinalities.get(tff.CLIENTS) is None:  # As TFF's own stack does.
-      cardinalities[tff.CLIENTS] = 0
-    executor = tff.framework.RemoteExecutor(stub_for_call())
-    executor.set_cardinalities(cardinalities)
-    return executor
-
-  return tff.framework.SyncExecutionContext(
-      tff.framework.ResourceManagingExecutorFactory(executor_stack),
-      compiler_fn=tff.backends.native.desugar_and_transform_to_native,
-      transform_args=tff.tensorflow.transform_args,
-      transform_result=tff.tensorflow.transform_result)
-
-
-_guard_lock = threading.Lock()
-_guard: Worker | None = None
-
-
-def guard_worker() -> Worker | None:
-  """The worker that runs computations made outside sessions, if started."""
-  return _guard
-
-
-def _guard_stub():
-  global _guard
-  with _guard_lock:
-    if _guard is None or not _guard.alive:
-      if _guard is not None:
-        _guard.stop()
-      _guard = Worker(os.path.join(tempfile.gettempdir(),
-                                   f"fedsim-worker-{os.getpid()}.log")).start()
-    return _guard.stub
-
-
-_GUARD_CONTEXT = _execution_context(_guard_stub)
-tff.framework.set_default_context(_GUARD_CONTEXT)
-_open_sessions = threading.local()  # Per thread, as TFF's context stack is.
-
-
-@contextlib.contextmanager
-def session(log_path: str, max_concurrent_computation_calls: int = -1) -> Iterator[Worker]:
-  """Runs the TFF computations of the `with` body on a fresh worker.
-
-  Yields the started Worker. On any exit the worker is stopped and the
-  previous default context comes back: the enclosing session's, or the guard.
-
-  Raises:
-    RunFailed: the worker could not be started (see `Worker.start`), or a
-      computation found it dead.
-  """
-  worker = Worker(log_path, max_concurrent_computation_calls).start()
-
-  def stub():
-    # TFF retries UNAVAILABLE forever, rebuilding the executor each time: a
-    # dead worker must end the call instead of hanging the run.
-    worker.check_alive("a TFF computation")
-    return worker.stub
-
-  context = _execution_context(stub)
-  stack = _open_sessions.__dict__.setdefault("contexts", [])
-  stack.append(context)
-  tff.framework.set_default_context(context)
-  finished = False
-  try:
-    yield worker
-    finished = True
-  finally:
-    stack.remove(context)
-    tff.framework.set_default_context(stack[-1] if stack else _GUARD_CONTEXT)
-    worker.stop()
-    if finished:
-      _retire(context)
-
-
-def _retire(context) -> None:
-  """Ends the event-loop thread of a context that no call can reach any more.
-
-  TFF's SyncExecutionContext starts a thread that only its `__del__` stops,
-  yet the thread keeps the context alive, so each session would leave one
-  behind. Done only after a clean exit, when no call is in flight.
-  """
-  runner = getattr(context, "_async_runner", None)
-  loop = getattr(runner, "_event_loop", None)
-  thread = getattr(runner, "_thread", None)
-  if loop is not None and thread is not None:  # Else a TFF with other internals.
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(timeout=5.0)
-
-
 def shutdown() -> None:
   """Stops every worker this process started; registered to run at exit."""
   with _owned_lock:
@@ -332,18 +230,3 @@ def shutdown() -> None:
 
 
 atexit.register(shutdown)
-
-
-def install_sigterm_handler() -> None:
-  """Turns SIGTERM into SystemExit(143), so `finally` blocks and atexit run.
-
-  Does nothing outside the main thread, where Python cannot set handlers.
-  """
-  if threading.current_thread() is not threading.main_thread():
-    return
-
-  def on_sigterm(signum, frame):
-    del frame
-    raise SystemExit(128 + signum)
-
-  signal.signal(signal.SIGTERM, on_sigterm)

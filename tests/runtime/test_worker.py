@@ -147,6 +147,31 @@ def test_runtime_package_and_quiet_do_not_import_tensorflow(tmp_path):
   assert result.stdout == "[]\n"
 
 
+@pytest.mark.slow
+def test_importing_fedsim_leaves_tffs_context_and_a_session_restores_it(tmp_path):
+  code = f"""
+import numpy as np
+import tensorflow_federated as tff
+stack = tff.framework.get_context_stack()
+tffs = stack.current
+import fedsim, fedsim.api, fedsim.cli, fedsim.experiment.loop
+from fedsim.runtime import session, signals, worker
+from fedsim.backend import contexts
+print(stack.current is tffs)
+
+@tff.federated_computation(tff.FederatedType(np.int32, tff.CLIENTS))
+def total(values):
+  return tff.federated_sum(values)
+
+with session.session({str(tmp_path / "worker.log")!r}) as w:
+  print(stack.current is tffs, total([1, 2]))
+print(stack.current is tffs, session.guard_worker())
+"""
+  result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=_env(), cwd=tmp_path, timeout=PIPE_TIMEOUT_S, check=True)
+  assert result.stdout == "True\nFalse 3\nTrue None\n"
+
+
 # mode of end_session.py, signal sent while it waits, expected exit status.
 END_MODES = {
     "normal": ("normal", None, 0),

@@ -13,9 +13,10 @@ import time
 
 import numpy as np
 
-from fedsim.runtime import worker as runtime_worker
+from fedsim.runtime import quiet, signals
+from fedsim.runtime.session import session
 
-tff = runtime_worker.tff
+tff = quiet.import_tff()
 
 
 @tff.federated_computation(tff.FederatedType(np.int32, tff.CLIENTS))
@@ -24,8 +25,8 @@ def total(values):
 
 
 def main(mode: str, out_dir: str) -> None:
-  runtime_worker.install_sigterm_handler()
-  with runtime_worker.session(os.path.join(out_dir, "worker.log")) as worker:
+  signals.install_exit_handlers()
+  with session(os.path.join(out_dir, "worker.log")) as worker:
     print(f"sum {total([1, 2, 3])}", flush=True)
     # Renamed into place so the test never reads a half-written file.
     with open(os.path.join(out_dir, "pid.tmp"), "w") as f:

@@ -1,7 +1,7 @@
 """Computations outside sessions, nested sessions, a dead worker; JSON report.
 
-Usage: guard.py OUT_DIR. Writes OUT_DIR/report.json and exits normally, so
-the guard's worker must be stopped by fedsim's atexit hook.
+Usage: guard.py OUT_DIR. Installs the guard, writes OUT_DIR/report.json and
+exits normally, so the guard's worker must be stopped by fedsim's atexit hook.
 """
 
 from __future__ import annotations
@@ -16,10 +16,12 @@ import time
 import numpy as np
 
 from fedsim.errors import RunFailed
+from fedsim import runtime
 from fedsim.runtime import quiet
+from fedsim.runtime import session as runtime_session
 from fedsim.runtime import worker as runtime_worker
 
-tff = runtime_worker.tff
+tff = quiet.import_tff()
 
 
 @tff.federated_computation(tff.FederatedType(np.int32, tff.CLIENTS))
@@ -55,9 +57,10 @@ def wait_dead(worker) -> None:
 
 
 def main(out_dir: str) -> None:
-  report = {"guard_before_call": runtime_worker.guard_worker() is None}
+  runtime.install_guard()
+  report = {"guard_before_call": runtime_session.guard_worker() is None}
   report["guard_result"] = int(total([1, 2, 3]))
-  guard = runtime_worker.guard_worker()
+  guard = runtime_session.guard_worker()
   report["guard_pid"], report["guard_log"] = guard.pid, guard.log_path
   report["children"] = worker_children()
   report["own_stdout"] = os.readlink("/proc/self/fd/1")
@@ -76,9 +79,9 @@ def main(out_dir: str) -> None:
   box["worker"].stop()
 
   threads_before = event_loop_threads()
-  with runtime_worker.session(os.path.join(out_dir, "outer.log")) as outer:
+  with runtime_session.session(os.path.join(out_dir, "outer.log")) as outer:
     report["outer_result"] = int(total([1, 2]))
-    with runtime_worker.session(os.path.join(out_dir, "inner.log")) as inner:
+    with runtime_session.session(os.path.join(out_dir, "inner.log")) as inner:
       os.kill(outer.pid, signal.SIGKILL)
       wait_dead(outer)
       report["inner_result"] = int(total([4, 5]))
@@ -96,12 +99,12 @@ def main(out_dir: str) -> None:
       report["check_alive"] = str(e)
   report["threads_added_by_sessions"] = event_loop_threads() - threads_before
   report["after_sessions_result"] = int(total([7, 8]))
-  report["guard_pid_after_sessions"] = runtime_worker.guard_worker().pid
+  report["guard_pid_after_sessions"] = runtime_session.guard_worker().pid
   # A dead guard worker is replaced at the next call.
   os.kill(guard.pid, signal.SIGKILL)
   wait_dead(guard)
   report["replaced_guard_result"] = int(total([1, 1]))
-  report["replaced_guard_pid"] = runtime_worker.guard_worker().pid
+  report["replaced_guard_pid"] = runtime_session.guard_worker().pid
 
   try:
     runtime_worker.Worker(os.path.join(out_dir, "bad.log"), binary="/bin/false").start()
