@@ -3,7 +3,9 @@
 The only fedsim module that calls `tff.learning.models.functional_model_from_keras`.
 Training code sees `predict(trainable_weights, x) -> logits`, so weights are
 plain tensors that TFF computations pass around, encoders compress and
-checkpoints store.
+checkpoints store. Weights are kept in the order of `keras_model.get_weights()`
+(TFF's own order is that of variable creation, which can differ), so a saved
+model loads back with `keras_model.set_weights`.
 """
 
 from __future__ import annotations
@@ -16,14 +18,23 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fedsim.config.typed import Component
+from fedsim.errors import UserError
 from fedsim.models import MODELS
+from fedsim.models.keras_checks import conform
+from fedsim.models.weights_file import load_weights, npz_keys
 
 
 @dataclasses.dataclass(frozen=True)
 class TaskModel:
-  """A model bound to a dataset's input shape and class count."""
+  """A model bound to a dataset's input shape and class count.
+
+  `predict` runs the model as in training (dropout on), `evaluate_predict`
+  as in inference (dropout off); both map `(trainable_weights, x)` to
+  logits and trace only inside TFF computations or graphs.
+  """
 
   predict: Callable[[Any, tf.Tensor], tf.Tensor]
+  evaluate_predict: Callable[[Any, tf.Tensor], tf.Tensor]
   initial_weights: tff.learning.models.ModelWeights  # of NumPy arrays
   weights_type: tff.types.StructType                 # TFF type of ModelWeights
   num_params: int
@@ -32,6 +43,7 @@ class TaskModel:
   x_dtype: Any = np.float32
   label_shape: tuple[int, ...] = ()
   pad_label: int | None = None  # sequence targets: padding label, not counted
+  weight_names: tuple[str, ...] = ()  # .npz key of each trainable weight, e.g. "dense/kernel"
 
   def client_data_type(self, batch_size: int):
     """TFF type of one client's packed batches for this model."""
@@ -43,30 +55,99 @@ def build_task_model(spec: Component, input_shape, num_classes: int, seed: int,
                      x_dtype=np.float32, label_shape=(), pad_label=None) -> TaskModel:
   """Builds the registered model `spec` with weights initialized from `seed`.
 
+  Weights come from `spec.params.initial_weights` (an .npz file) instead when set.
+
   Raises:
-    ValueError: if the model has non-trainable weights (batch norm statistics
-      would silently stop updating in a functional training loop).
+    UserError: one line naming the model (and layer or file) when it cannot
+      be trained correctly (see `keras_checks.conform`) or the initial
+      weights do not fit it.
+    ValueError: from a built-in builder, for an input shape it cannot take.
   """
   tf.keras.utils.set_random_seed(seed)
   keras_model = MODELS.get(spec.name).build(spec.params, tuple(input_shape), num_classes)
-  if keras_model.non_trainable_weights:
-    raise ValueError(f"model '{spec.name}' has non-trainable weights, which fedsim's"
-                     " functional training loop cannot update")
+  culprit = _culprit(spec)
+  keras_model = conform(keras_model, tuple(input_shape), np.dtype(x_dtype),
+                        (*label_shape, num_classes), culprit)
+  names = npz_keys([v.name for v in keras_model.trainable_weights])
+  # Everything that uses the Keras model eagerly comes first: cloning it in a
+  # graph (below, and inside TFF) leaves it unusable outside that graph.
+  order = _creation_order(keras_model, culprit)
   x_spec = tf.TensorSpec([None, *input_shape], tf.as_dtype(np.dtype(x_dtype)))
-  functional = tff.learning.models.functional_model_from_keras(
-      keras_model, tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-      input_spec=(x_spec, tf.TensorSpec([None, *label_shape], tf.int32)))
+  try:
+    functional = tff.learning.models.functional_model_from_keras(
+        keras_model, tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        input_spec=(x_spec, tf.TensorSpec([None, *label_shape], tf.int32)))
+  except Exception as e:  # pylint: disable=broad-except
+    raise UserError(f"{culprit}: TFF cannot make a functional model of it"
+                    f" ({type(e).__name__}: {_first_line(e)})") from None
+
+  def tff_order(trainable):
+    return (tuple(trainable[i] for i in order), ())
 
   def predict(trainable, x):
-    return functional.predict_on_batch((tuple(trainable), ()), x, training=True)
+    return functional.predict_on_batch(tff_order(trainable), x, training=True)
 
-  trainable = tuple(np.asarray(w, np.float32) for w in functional.initial_weights[0])
+  def evaluate_predict(trainable, x):
+    return functional.predict_on_batch(tff_order(trainable), x, training=False)
+
+  trainable = [None] * len(order)
+  for position, index in enumerate(order):
+    trainable[index] = np.asarray(functional.initial_weights[0][position], np.float32)
+  initial_path = getattr(spec.params, "initial_weights", None)
+  if initial_path is not None:
+    trainable = load_weights(initial_path, names, [w.shape for w in trainable])
+  trainable = tuple(trainable)
   weights = tff.learning.models.ModelWeights(trainable=trainable, non_trainable=())
   specs = tff.learning.models.ModelWeights(
       trainable=tuple(tf.TensorSpec(w.shape, tf.float32) for w in trainable), non_trainable=())
   return TaskModel(
-      predict=predict, initial_weights=weights,
+      predict=predict, evaluate_predict=evaluate_predict, initial_weights=weights,
       weights_type=tff.types.tensorflow_to_type(specs),
       num_params=int(sum(w.size for w in trainable)),
       input_shape=tuple(input_shape), num_classes=num_classes,
-      x_dtype=np.dtype(x_dtype), label_shape=tuple(label_shape), pad_label=pad_label)
+      x_dtype=np.dtype(x_dtype), label_shape=tuple(label_shape), pad_label=pad_label,
+      weight_names=names)
+
+
+def _culprit(spec: Component) -> str:
+  culprit = getattr(spec.params, "culprit", None)
+  return culprit() if callable(culprit) else f"model.name: '{spec.name}'"
+
+
+def _first_line(error: BaseException) -> str:
+  text = str(error).strip()
+  return text.splitlines()[0] if text else ""
+
+
+def _creation_order(keras_model: tf.keras.Model, culprit: str) -> list[int]:
+  """`order[i]`: index in `keras_model.trainable_weights` of TFF's i-th weight.
+
+  TFF's functional model takes its weights in the order in which cloning
+  the model creates variables; the same clone is replayed here to learn it.
+
+  Raises:
+    UserError: if the model cannot be cloned (a subclassed model, a custom
+      layer without `get_config`) or shares variables between layers.
+  """
+  created = []
+
+  def record(next_creator, **kwargs):
+    variable = next_creator(**kwargs)
+    created.append(variable)
+    return variable
+
+  with tf.Graph().as_default(), tf.variable_creator_scope(record):
+    try:
+      clone = tf.keras.models.clone_model(keras_model)
+    except Exception as e:  # pylint: disable=broad-except
+      raise UserError(f"{culprit}: the model cannot be cloned ({type(e).__name__}:"
+                      f" {_first_line(e)}); build it with tf.keras.Sequential or"
+                      " tf.keras.Model(inputs, outputs), from layers whose get_config"
+                      " holds every constructor argument") from None
+  position = {v.ref(): i for i, v in enumerate(clone.trainable_weights)}
+  order = [position[v.ref()] for v in created if v.ref() in position]
+  if sorted(order) != list(range(len(keras_model.trainable_weights))):
+    raise UserError(f"{culprit}: cloning the model makes {len(order)} trainable variables"
+                    f" where it has {len(keras_model.trainable_weights)} (layers sharing"
+                    " variables?); give each layer its own weights")
+  return order
