@@ -7,10 +7,12 @@ Exit codes: 0 success, 1 a run that failed (divergence, dead runtime),
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Sequence
 
 from fedsim.errors import RunFailed, UserError
+from fedsim.plugins import load_plugins
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -27,6 +29,14 @@ def _parser() -> argparse.ArgumentParser:
                    metavar="KEY=VALUE",
                    help="override a config key with a typed YAML value, e.g."
                         " --set rounds=3 --set data.alpha=0.1 (repeatable)")
+    add_plugin_arg(p)
+
+  def add_plugin_arg(p):
+    p.add_argument("--plugin", dest="plugins", action="append", default=[],
+                   metavar="MODULE|FILE.py",
+                   help="import a module or .py file (relative to the working directory)"
+                        " before anything else, for the models, encoders, ... it"
+                        " registers (repeatable; configs can also list `plugins:`)")
 
   run = sub.add_parser("run", help="run an experiment (all its variants)",
                        description="Run an experiment: every variant in turn, each into"
@@ -140,6 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   args = _parser().parse_args(argv)
   handlers = {"run": _run, "validate": _validate, "compare": _compare, "data": _data}
   try:
+    load_plugins(getattr(args, "plugins", []), os.getcwd(), key="--plugin")
     return handlers[args.command](args)
   except UserError as e:
     print(f"fedsim: error: {e}", file=sys.stderr)

@@ -1,7 +1,9 @@
 """Reading experiment configs: YAML files, `--set` overrides and variants.
 
-Configs are data: YAML is loaded with `yaml.safe_load` (no object tags), and
-nothing in a config imports code.
+Configs are data: YAML is loaded with `yaml.safe_load` (no object tags). The
+only code a config imports is what it names: its `plugins` (imported before
+validation, so that the names they register are known) and a custom
+dataset's builder.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import yaml
 from fedsim.config.schema import ExperimentConfig
 from fedsim.config.typed import parse, to_plain
 from fedsim.errors import UserError
+from fedsim.plugins import load_plugins, plugin_dir
 
 
 def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
@@ -83,8 +86,11 @@ def parse_config(raw: Mapping[str, Any]) -> ExperimentConfig:
   """Validates a raw config mapping (and each of its variants) into typed form."""
   config = parse(ExperimentConfig, raw)
   for name, override in config.variants.items():
-    if "variants" in override or "name" in override:
-      raise UserError(f"variants.{name}: a variant may not set 'name' or 'variants'")
+    for key in ("name", "variants", "plugins"):
+      if key in override:
+        raise UserError(f"variants.{name}: a variant may not set '{key}'"
+                        + (" (plugins are loaded once, for the whole config)"
+                           if key == "plugins" else ""))
     try:
       parse(ExperimentConfig, deep_merge(raw, override))
     except UserError as e:
@@ -96,12 +102,18 @@ def load_config(source: str | os.PathLike | Mapping[str, Any],
                 overrides: Sequence[str] = ()) -> tuple[ExperimentConfig, dict[str, Any]]:
   """Reads, overrides and validates a config. Returns (typed config, raw mapping).
 
+  The config's `plugins` are imported first (relative `.py` paths are
+  relative to the config file's directory, or to the working directory for
+  a mapping).
+
   Raises:
-    UserError: naming the file or key; also for nesting too deep to walk.
+    UserError: naming the file or key (or the plugin that failed to
+      import); also for nesting too deep to walk.
   """
   try:
     raw = dict(source) if isinstance(source, Mapping) else read_yaml(source)
     raw = apply_overrides(raw, overrides)
+    load_plugins(raw.get("plugins"), plugin_dir(source))
     return parse_config(raw), raw
   except RecursionError:
     # PyYAML, deepcopy and the typed parser recurse once per nesting level.

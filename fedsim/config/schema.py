@@ -54,6 +54,9 @@ class ExperimentConfig:
   checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
   compression: Any = custom(parse_compression, None)
   description: str = ""
+  # Modules or .py files imported before validation, for the entries they
+  # register (see fedsim/plugins.py; the loader imports them).
+  plugins: list[str] = dataclasses.field(default_factory=list)
   # Named overrides of this config, run one after another (see `expand_variants`).
   variants: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
