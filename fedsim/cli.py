@@ -60,6 +60,15 @@ def _parser() -> argparse.ArgumentParser:
                                         " the offending key if anything is wrong.")
   add_config_args(validate)
 
+  listing = sub.add_parser("list", help="what a config can name, with parameters",
+                           description="Print every registry's entries (models, datasets,"
+                                       " algorithms, encoders, ...) with their typed"
+                                       " parameters and defaults, and the summary line of"
+                                       " each entry's docstring.")
+  listing.add_argument("registry", nargs="?", metavar="REGISTRY",
+                       help="only this registry, e.g. encoder or model")
+  add_plugin_arg(listing)
+
   compare = sub.add_parser("compare", help="compare the runs of an experiment",
                            description="Print a table of an experiment's runs (final eval"
                                        " accuracy, total bits each way, ratio vs. an"
@@ -133,6 +142,12 @@ def _validate(args) -> int:
   return 0
 
 
+def _list(args) -> int:
+  from fedsim.catalog import format_catalog
+  print(format_catalog(args.registry))
+  return 0
+
+
 def _compare(args) -> int:
   from fedsim.reporting import compare
   print(compare.format_comparison(compare.compare_runs(args.experiment_dir)))
@@ -148,7 +163,8 @@ def _data(args) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
   args = _parser().parse_args(argv)
-  handlers = {"run": _run, "validate": _validate, "compare": _compare, "data": _data}
+  handlers = {"run": _run, "validate": _validate, "list": _list, "compare": _compare,
+              "data": _data}
   try:
     load_plugins(getattr(args, "plugins", []), os.getcwd(), key="--plugin")
     return handlers[args.command](args)

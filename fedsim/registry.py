@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
+import sys
 from typing import Any, Callable, Generic, TypeVar
 
 from fedsim.errors import UserError
@@ -22,6 +24,9 @@ class NoParams:
 
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# Every registry created, in creation order (what `fedsim list` shows).
+REGISTRIES: list[Registry] = []
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +49,7 @@ class Registry(Generic[F]):
   def __init__(self, kind: str):
     self.kind = kind
     self._entries: dict[str, Entry] = {}
+    REGISTRIES.append(self)
 
   def register(self, name: str, params: type = NoParams,
                replace: bool = False) -> Callable[[F], F]:
@@ -78,5 +84,31 @@ class Registry(Generic[F]):
   def names(self) -> list[str]:
     return sorted(self._entries)
 
+  def entries(self) -> list[Entry]:
+    """The entries, sorted by name."""
+    return [self._entries[name] for name in self.names()]
+
   def __contains__(self, name: str) -> bool:
     return name in self._entries
+
+
+def resolve(path: str, *, key: str) -> Any:
+  """The callable at "package.module:function" (a config's `builder:` key); the
+  working directory is importable. Used wherever a config names user code.
+
+  Raises:
+    UserError: naming `{key}.builder` when the module or function is missing.
+  """
+  module_name, _, attr = path.partition(":")
+  if "" not in sys.path:  # `python -m` and console scripts differ here; make them agree
+    sys.path.insert(0, "")
+  try:
+    module = importlib.import_module(module_name)
+  except ImportError as e:
+    raise UserError(f"{key}.builder: cannot import module '{module_name}' ({e})") from None
+  fn = module
+  for part in attr.split("."):
+    fn = getattr(fn, part, None)
+  if not callable(fn):
+    raise UserError(f"{key}.builder: module '{module_name}' has no function '{attr}'")
+  return fn

@@ -33,6 +33,9 @@ class EasgdParams:
   gradient_accumulation_steps: int = bounded(1, min=1)
   average_accumulated_gradients: bool = True
 
+  def aggregation_kind(self) -> str:
+    return "sum"  # the center moves by the sum of the clients' elastic differences
+
 
 @ALGORITHMS.register("easgd", params=EasgdParams)
 def build_easgd(params: EasgdParams, task: Task) -> FederatedAlgorithm:
@@ -86,4 +89,5 @@ def build_easgd(params: EasgdParams, task: Task) -> FederatedAlgorithm:
       initial_client_state, update_fn)
   return stages.compose_model_update_algorithm(
       task, work, server_optimizer=tff.learning.optimizers.build_sgdm(learning_rate=1.0),
-      aggregation="sum", client_plan=ClientPlan(steps=params.communication_period))
+      aggregation=params.aggregation_kind(),
+      client_plan=ClientPlan(steps=params.communication_period))

@@ -28,6 +28,9 @@ class FedAvgParams:
   gradient_accumulation_steps: int = bounded(1, min=1)
   average_accumulated_gradients: bool = True
 
+  def aggregation_kind(self) -> str:
+    return "weighted_mean" if self.client_weighting == "num_examples" else "mean"
+
 
 @ALGORITHMS.register("fedavg", params=FedAvgParams)
 def build_fedavg(params: FedAvgParams, task: Task) -> FederatedAlgorithm:
@@ -42,5 +45,5 @@ def build_fedavg(params: FedAvgParams, task: Task) -> FederatedAlgorithm:
       task, client_work,
       server_optimizer=OPTIMIZERS.get(params.server_optimizer.name).build(
           params.server_optimizer.params),
-      aggregation="weighted_mean" if params.client_weighting == "num_examples" else "mean",
+      aggregation=params.aggregation_kind(),
       client_plan=ClientPlan(epochs=task.epochs, steps=params.local_steps))

@@ -27,6 +27,9 @@ class FedSgdParams:
   batches_per_round: int | None = bounded(None, min=1)  # None: one pass over the client's data
   client_weighting: Literal["num_examples", "uniform"] = "num_examples"
 
+  def aggregation_kind(self) -> str:
+    return "weighted_mean" if self.client_weighting == "num_examples" else "mean"
+
 
 @ALGORITHMS.register("fedsgd", params=FedSgdParams)
 def build_fedsgd(params: FedSgdParams, task: Task) -> FederatedAlgorithm:
@@ -50,5 +53,5 @@ def build_fedsgd(params: FedSgdParams, task: Task) -> FederatedAlgorithm:
       task, work,
       server_optimizer=OPTIMIZERS.get(params.server_optimizer.name).build(
           params.server_optimizer.params),
-      aggregation="mean" if uniform else "weighted_mean",
+      aggregation=params.aggregation_kind(),
       client_plan=ClientPlan(epochs=1, steps=params.batches_per_round))

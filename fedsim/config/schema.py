@@ -6,6 +6,7 @@ import dataclasses
 import re
 from typing import Any, Literal
 
+from fedsim.aggregation import (check_chain, parse_aggregation, parse_broadcast)
 from fedsim.algorithms import ALGORITHMS
 from fedsim.compression import parse_compression
 from fedsim.config.typed import Component, bounded, component, custom
@@ -52,6 +53,10 @@ class ExperimentConfig:
   eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
   runtime: RuntimeConfig = dataclasses.field(default_factory=RuntimeConfig)
   checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
+  # Ordered stages per direction (see fedsim/aggregation); `compression` is
+  # the shorthand for an `encode` stage at the end of each.
+  aggregation: tuple = custom(parse_aggregation, ())
+  broadcast: tuple = custom(parse_broadcast, ())
   compression: Any = custom(parse_compression, None)
   description: str = ""
   # Modules or .py files imported before validation, for the entries they
@@ -75,7 +80,30 @@ class ExperimentConfig:
     if self.system.min_clients > self.clients_per_round:
       raise UserError(f"system.min_clients: {self.system.min_clients} is larger than"
                       f" clients_per_round ({self.clients_per_round})")
+    self._check_aggregation()
     for variant in self.variants:
       if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", variant):
         raise UserError(f"variants.{variant}: variant names must be letters, digits,"
                         " '_', '-' or '.'")
+
+  def aggregation_chain(self) -> tuple:
+    """The aggregation stages, with `compression.aggregation` as a final `encode`."""
+    spec = getattr(self.compression, "aggregation", None)
+    return self.aggregation + ((Component("encode", spec),) if spec is not None else ())
+
+  def broadcast_chain(self) -> tuple:
+    """The broadcast stages, or `compression.broadcast` as one `encode` stage."""
+    spec = getattr(self.compression, "broadcast", None)
+    return self.broadcast or ((Component("encode", spec),) if spec is not None else ())
+
+  def _check_aggregation(self) -> None:
+    from fedsim.aggregation import SUM, role_of
+    if getattr(self.compression, "aggregation", None) is not None and any(
+        role_of(s) == SUM for s in self.aggregation):
+      raise UserError("compression.aggregation: the aggregation chain already ends in"
+                      f" '{self.aggregation[-1].name}'; put {{name: encode, ...}} there instead")
+    if getattr(self.compression, "broadcast", None) is not None and self.broadcast:
+      raise UserError("compression.broadcast: a broadcast chain is set too; keep one of them")
+    kind = getattr(self.algorithm.params, "aggregation_kind", None)
+    check_chain(self.aggregation_chain(), kind() if kind else None, self.algorithm.name,
+                self.clients_per_round)

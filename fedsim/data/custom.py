@@ -25,8 +25,6 @@ x is an array [n, *input_shape] (float32, or int32 token ids), y int [n] (or
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import sys
 from typing import Any, Mapping
 
 import numpy as np
@@ -37,6 +35,7 @@ from fedsim.data.federated import (PARTITION_STREAM, ClientBatching, Examples, F
                                    Partitioning, federate)
 from fedsim.data.partition import partition
 from fedsim.errors import UserError
+from fedsim.registry import resolve
 
 _SHAPES = "a FederatedData or a dict with 'test' and either 'clients' or 'train'"
 
@@ -54,27 +53,6 @@ class CustomParams(Partitioning, ClientBatching):
     if not module or not name:
       raise UserError(f"{key}.builder: expected 'package.module:function', got"
                       f" '{self.builder}'")
-
-
-def resolve(path: str, *, key: str = "data") -> Any:
-  """The callable at "package.module:function"; the working directory is importable.
-
-  Raises:
-    UserError: naming `{key}.builder` when the module or function is missing.
-  """
-  module_name, _, attr = path.partition(":")
-  if "" not in sys.path:  # `python -m` and console scripts differ here; make them agree
-    sys.path.insert(0, "")
-  try:
-    module = importlib.import_module(module_name)
-  except ImportError as e:
-    raise UserError(f"{key}.builder: cannot import module '{module_name}' ({e})") from None
-  fn = module
-  for part in attr.split("."):
-    fn = getattr(fn, part, None)
-  if not callable(fn):
-    raise UserError(f"{key}.builder: module '{module_name}' has no function '{attr}'")
-  return fn
 
 
 def _examples(pair: Any, what: str, key: str) -> Examples:

@@ -21,7 +21,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from fedsim.errors import RunFailed
+from fedsim.aggregation import measurements as stage_measurements
+from fedsim.errors import HostError, RunFailed, host_error
 from fedsim.experiment.checkpoint import (Checkpoint, check_free_space, export_model,
                                           restore_client_states, save_checkpoint,
                                           state_bytes)
@@ -56,16 +57,19 @@ class RunResult:
     return out
 
 
-def _round_metrics(measurements) -> dict[str, float]:
+def _round_metrics(measurements, aggregation_plan) -> dict[str, float]:
+  """Every stage's measurements as named metrics: the clients' summed training
+  statistics as `train/*`, the rest under their stage (`aggregation/clip/...`)."""
   work = measurements["client_work"]
   out = {
       "train/loss": float(work["loss"]),
       "train/accuracy": float(work["accuracy"]),
       "train/num_examples": float(work["num_examples"]),
   }
-  finalizer = measurements.get("finalizer") or {}
-  if "update_non_finite" in finalizer:
-    out["server/update_non_finite"] = float(finalizer["update_non_finite"])
+  out.update(stage_measurements.flatten(measurements.get("distributor"), "distributor"))
+  out.update(stage_measurements.aggregation_metrics(aggregation_plan,
+                                                    measurements.get("aggregator")))
+  out.update(stage_measurements.flatten(measurements.get("finalizer"), "finalizer"))
   return out
 
 
@@ -104,17 +108,20 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
 
   Raises:
     UserError: too little free disk space for the checkpoints.
-    RunFailed: the model diverged (non-finite loss), the runtime died or a
-      checkpoint could not be written; completed rounds and the last good
-      checkpoint stay on disk and `status` says 'failed' with the reason.
+    RunFailed: the model diverged (non-finite loss) or the runtime died.
+    HostError: a file of the run could not be written (e.g. 'no space left
+      on device (writing P)').
+    Completed rounds and the last good checkpoint stay on disk, `status`
+    says 'failed' and why (or 'interrupted' after KeyboardInterrupt or
+    SystemExit, which are re-raised), and the run can be resumed.
   """
   config = sim.config
   start = resume_from.round_num if resume_from is not None else 0
   round_num = start
   sinks = time_sink = None
   bar = Progress(config.rounds, enabled=progress, start_round=start)
-  write_status(run_dir, "running")
   try:
+    write_status(run_dir, "running")
     state = sim.round_process.initialize()
     sizes = SizeInfo(per_client=sim.wire)
     simulated_total = 0.0
@@ -151,36 +158,80 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
       if on_round is not None:
         on_round(round_num, metrics)
     weights = sim.algorithm.model_weights(state)
-    export_model(run_dir / FINAL_MODEL, weights)
+    export_model(run_dir / FINAL_MODEL, weights, sim.model.weight_names)
     final_weights = [np.asarray(w) for w in weights.trainable]
+    result = RunResult(run_dir=run_dir, metrics=history, size_info=sizes,
+                       final_weights=final_weights,
+                       uncompressed_bits_per_client=(sim.uncompressed_wire.broadcast,
+                                                     sim.uncompressed_wire.aggregate))
+    final = result.final
+    write_hparams(run_dir, flat_hparams(plain_config), {
+        k: final[k] for k in ("eval/accuracy", "eval/loss", "train/loss",
+                              "cumulative_broadcast_bits", "cumulative_aggregate_bits")
+        if k in final}, step=config.rounds)
+    for sink in (sinks, time_sink):
+      sink.close()  # Flushes: a full disk shows here, before 'completed'.
+    write_status(run_dir, "completed")
   except BaseException as e:
-    error = e
-    if check_runtime is not None and not isinstance(e, (KeyboardInterrupt, SystemExit)):
-      try:
-        check_runtime(f"round {round_num}" if round_num > start else "start-up")
-      except RunFailed as dead:
-        error = dead
-    write_status(run_dir, "failed",
-                 str(error).splitlines()[0] if str(error) else type(error).__name__)
-    if error is not e:
-      raise error from e
-    raise
+    for sink in (sinks, time_sink):
+      _close_quietly(sink)
+    raised = _record_ending(e, run_dir, check_runtime,
+                            f"round {round_num}" if round_num > start else "start-up")
+    if raised is e:
+      raise
+    raise raised from (None if isinstance(raised, HostError) else e)
   finally:
     bar.close()
-    for sink in (sinks, time_sink):
-      if sink is not None:
-        sink.close()
-  result = RunResult(run_dir=run_dir, metrics=history, size_info=sizes,
-                     final_weights=final_weights,
-                     uncompressed_bits_per_client=(sim.uncompressed_wire.broadcast,
-                                                   sim.uncompressed_wire.aggregate))
-  final = result.final
-  write_hparams(run_dir, flat_hparams(plain_config), {
-      k: final[k] for k in ("eval/accuracy", "eval/loss", "train/loss",
-                            "cumulative_broadcast_bits", "cumulative_aggregate_bits")
-      if k in final}, step=config.rounds)
-  write_status(run_dir, "completed")
   return result
+
+
+def _record_ending(error: BaseException, run_dir: pathlib.Path,
+                   check_runtime: Callable[[str], None] | None, during: str) -> BaseException:
+  """Writes the status of a run that `error` ended; returns what to raise.
+
+  That is `error` itself, or what it means: a HostError for a file that could
+  not be written, a RunFailed naming the dead runtime if `check_runtime`
+  finds it dead.
+  """
+  raised = error
+  if isinstance(error, (KeyboardInterrupt, SystemExit)):
+    status = "interrupted"
+  else:
+    status = "failed"
+    os_error = _os_error_of(error)
+    if os_error is not None:
+      raised = host_error(os_error, run_dir)
+    elif check_runtime is not None:
+      try:
+        check_runtime(during)
+      except RunFailed as dead:
+        raised = dead
+  message = "" if status == "interrupted" else (
+      str(raised).splitlines()[0] if str(raised) else type(raised).__name__)
+  try:
+    write_status(run_dir, status, message)
+  except OSError:
+    pass  # Even the in-place rewrite failed; the raised error still says why.
+  return raised
+
+
+def _os_error_of(error: BaseException) -> OSError | None:
+  """The OSError behind `error`: itself, or what a RunFailed was raised for."""
+  if isinstance(error, OSError):
+    return error
+  if isinstance(error, RunFailed) and isinstance(error.__context__, OSError):
+    return error.__context__  # e.g. export_model's 'cannot write P'
+  return None
+
+
+def _close_quietly(sink) -> None:
+  """Closes a sink on a failing run; its own error would hide the first one."""
+  if sink is None:
+    return
+  try:
+    sink.close()
+  except Exception:  # pylint: disable=broad-except
+    pass
 
 
 def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_num: int,
@@ -212,13 +263,16 @@ def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_n
             state, data, states.load(outcome.aggregated))
         states.save(outcome.aggregated, new_states)
     seconds = time.perf_counter() - begin
-    metrics.update(_round_metrics(measurements))
-    if not math.isfinite(metrics["train/loss"]) or metrics.get("server/update_non_finite"):
+    metrics.update(_round_metrics(measurements, sim.algorithm.aggregation_plan))
+    if not math.isfinite(metrics["train/loss"]) or metrics.get("finalizer/update_non_finite"):
       raise RunFailed(f"round {round_num}: training diverged (train/loss ="
                       f" {metrics['train/loss']}); try a smaller learning rate")
   metrics.update(_outcome_metrics(outcome, simulated_total))
   metrics["round_seconds"] = seconds
   metrics.update(sizes.round_metrics(len(outcome.sampled), len(outcome.aggregated)))
+  if sim.privacy is not None:
+    # Rounds that aggregated released a noised mean; skipped ones released nothing.
+    metrics.update(sim.privacy.round_metrics(sum(1 for b in sizes.aggregate_history if b)))
   return state, metrics, simulated_total
 
 

@@ -7,6 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from fedsim.aggregation import (AGGREGATION_STAGES, BROADCAST_STAGES, is_compressing,
+                                private_stage)
+from fedsim.aggregation.accounting import PrivacyLedger
 from fedsim.algorithms import ALGORITHMS, FederatedAlgorithm, Task
 from fedsim.config.schema import ExperimentConfig
 from fedsim.data import DATASETS
@@ -36,6 +39,8 @@ class Simulation:
   # same process compiled to run in this Python process (`inprocess`).
   round_process: Any = None
   runtime_notice: str | None = None  # why `inprocess` fell back to `local`
+  # The privacy spent so far, when the aggregation chain is differentially private.
+  privacy: PrivacyLedger | None = None
 
 
 def build_simulation(config: ExperimentConfig) -> Simulation:
@@ -57,12 +62,12 @@ def build_simulation(config: ExperimentConfig) -> Simulation:
                              pad_label=data.pad_label)
   except ValueError as e:
     raise UserError(f"model.name: {e}") from None
-  algorithm = _build_algorithm(config, model, config.compression)
+  algorithm = _build_algorithm(config, model)
   wire = _wire_bits(algorithm)
-  compressed = config.compression is not None and (
-      config.compression.broadcast or config.compression.aggregation)
-  # The uncompressed reference is sized from its own compiled process too.
-  uncompressed = _wire_bits(_build_algorithm(config, model, None)) if compressed else wire
+  # The uncompressed reference (the same chains without their encoders) is
+  # sized from its own compiled process too.
+  uncompressed = (_wire_bits(_build_algorithm(config, model, compressed=False))
+                  if _compresses(config) else wire)
   round_process, notice = _round_process(algorithm, config.runtime)
   return Simulation(
       config=config, data=data, model=model, algorithm=algorithm,
@@ -70,7 +75,8 @@ def build_simulation(config: ExperimentConfig) -> Simulation:
       wire=wire, uncompressed_wire=uncompressed,
       evaluate=make_evaluator(model, data, config.eval.batch_size,
                               config.runtime if notice is None else None),
-      round_process=round_process, runtime_notice=notice)
+      round_process=round_process, runtime_notice=notice,
+      privacy=_privacy_ledger(config, len(data.client_ids)))
 
 
 def _round_process(algorithm: FederatedAlgorithm, runtime) -> tuple[Any, str | None]:
@@ -94,9 +100,29 @@ def _wire_bits(algorithm: FederatedAlgorithm) -> ClientWireBits:
                           algorithm.upload_extras_types)
 
 
-def _build_algorithm(config, model, compression) -> FederatedAlgorithm:
+def _privacy_ledger(config, population: int) -> PrivacyLedger | None:
+  found = private_stage(config.aggregation_chain())
+  if found is None:
+    return None
+  params = found[1].params
+  return PrivacyLedger(params.noise_multiplier, population,
+                       config.clients_per_round + config.backup_clients, params.delta)
+
+
+def _compresses(config) -> bool:
+  return (any(is_compressing(AGGREGATION_STAGES, s) for s in config.aggregation_chain())
+          or any(is_compressing(BROADCAST_STAGES, s) for s in config.broadcast_chain()))
+
+
+def _build_algorithm(config, model, compressed: bool = True) -> FederatedAlgorithm:
+  """The configured algorithm; with `compressed` False, its chains lose their encoders."""
+  aggregation, broadcast = config.aggregation_chain(), config.broadcast_chain()
+  if not compressed:
+    aggregation = tuple(s for s in aggregation if not is_compressing(AGGREGATION_STAGES, s))
+    broadcast = tuple(s for s in broadcast if not is_compressing(BROADCAST_STAGES, s))
   task = Task(model=model, batch_size=config.data.params.batch_size,
-              epochs=config.data.params.epochs, compression=compression)
+              epochs=config.data.params.epochs, aggregation=aggregation, broadcast=broadcast,
+              clients_per_round=config.clients_per_round, seed=config.seed)
   return ALGORITHMS.get(config.algorithm.name).build(config.algorithm.params, task)
 
 
@@ -120,6 +146,7 @@ def make_evaluator(model: TaskModel, data: FederatedData, batch_size: int, runti
 
   Runs as a TFF computation on the same runtime as training: TFF's
   functional Keras models only trace inside TFF computations or graphs.
+  The model runs in inference mode (`evaluate_predict`: dropout off).
   """
   import tensorflow_federated as tff
   size = min(batch_size, max(len(data.test), 1))
@@ -128,7 +155,7 @@ def make_evaluator(model: TaskModel, data: FederatedData, batch_size: int, runti
 
   @tff.tensorflow.computation(model.weights_type, model.client_data_type(size))
   def stats(model_weights, batches):
-    return local_training.evaluate(model.predict, model_weights.trainable, batches,
+    return local_training.evaluate(model.evaluate_predict, model_weights.trainable, batches,
                                    model.pad_label)
 
   if runtime is not None and runtime.name == "inprocess":

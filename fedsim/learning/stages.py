@@ -1,6 +1,8 @@
 """Stage builders shared by the algorithms: distributors, client work,
 aggregators and finalizers, assembled from `fedsim.learning` pieces.
-Compression plugs in here, as the distributor and the aggregation factory."""
+The task's broadcast chain becomes the distributor and its aggregation chain
+the aggregator (see `fedsim.aggregation`): compression, clipping and
+differential privacy are stages there, not flags of an algorithm."""
 
 from __future__ import annotations
 
@@ -8,8 +10,10 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from fedsim.algorithms import FederatedAlgorithm
+from fedsim.aggregation.chain import build_broadcast, build_chain
+from fedsim.errors import UserError
 from fedsim.learning import client_work, composer, local_training
+from fedsim.task import FederatedAlgorithm
 
 
 def initial_weights_computation(task) -> tff.Computation:
@@ -24,28 +28,29 @@ def initial_weights_computation(task) -> tff.Computation:
 
 
 def distributor(task) -> tff.templates.MeasuredProcess:
-  """Plain broadcast, or the encoded broadcast of `task.compression.broadcast`."""
-  spec = getattr(task.compression, "broadcast", None)
-  if spec is None:
-    return tff.learning.templates.build_broadcast_process(task.model.weights_type)
-  from fedsim.compression import broadcast
-  return broadcast.build_encoded_broadcast(task.model.weights_type, spec)
+  """The broadcast of `task.broadcast` (plain when the chain is empty)."""
+  return build_broadcast(task.broadcast, task.model.weights_type, task.seed)
 
 
-def update_aggregator(task, update_type, aggregation: str) -> tff.templates.AggregationProcess:
-  """Aggregates client updates, encoded per `task.compression.aggregation`.
+def update_aggregator(task, update_type, aggregation: str):
+  """Aggregates client updates through `task.aggregation`; returns (process, plan).
 
-  `aggregation` is 'weighted_mean', 'mean' or 'sum'; every result has the
-  (state, value, weight) signature, the weight unused when unweighted.
+  `aggregation` is how the algorithm combines updates: 'weighted_mean', 'mean'
+  or 'sum'. Every process has the (state, value, weight) signature, the
+  weight unused when unweighted; `plan` names the chain's measurements.
   """
-  spec = getattr(task.compression, "aggregation", None)
-  from fedsim.compression import mean
-  if aggregation == "weighted_mean":
-    return mean.build_encoded_mean(spec, weighted=True).create(
-        update_type, tff.TensorType(np.float32))
-  factories = {"mean": lambda: mean.build_encoded_mean(spec, weighted=False),
-               "sum": lambda: mean.build_encoded_sum(spec)}
-  return _drop_weight(factories[aggregation]().create(update_type))
+  factory, plan = build_chain(task.aggregation, aggregation, task.clients_per_round, task.seed)
+  try:
+    if aggregation == "weighted_mean":
+      return factory.create(update_type, tff.TensorType(np.float32)), plan
+    process = factory.create(update_type)
+  except (TypeError, ValueError) as e:
+    # A factory (often a user's) that TFF cannot apply to the update: one line.
+    names = ", ".join(s.name for s in task.aggregation)
+    reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    raise UserError(f"aggregation: TFF cannot build the chain [{names}] for the model"
+                    f" update: {reason}") from None
+  return _drop_weight(process), plan
 
 
 def model_delta_client_work(task, optimizer, uniform_weighting: bool,
@@ -78,7 +83,7 @@ def compose_model_update_algorithm(task, work: client_work.ClientWork, server_op
   """
   result_type = work.process.next.type_signature.result.result.member
   update_type = (result_type[0] if work.client_state_type is not None else result_type).update
-  aggregator = update_aggregator(task, update_type, aggregation)
+  aggregator, plan = update_aggregator(task, update_type, aggregation)
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
       server_optimizer, task.model.weights_type)
   process = composer.compose(
@@ -87,7 +92,8 @@ def compose_model_update_algorithm(task, work: client_work.ClientWork, server_op
   return FederatedAlgorithm(process=process, client_plan=client_plan,
                             upload_extras_types=tuple(extras),
                             sizing_process=composer.sizing_view(process),
-                            initial_client_state=work.initial_client_state)
+                            initial_client_state=work.initial_client_state,
+                            aggregation_plan=plan)
 
 
 def _drop_weight(unweighted: tff.templates.AggregationProcess) -> tff.templates.AggregationProcess:

@@ -46,8 +46,10 @@ class Run:
   def uncompressed(self) -> bool:
     """True if neither direction encodes anything (no or only lossless encoders)."""
     compression = self.config.get("compression") or {}
-    return all((spec or {}).get("encoder") in _LOSSLESS_ENCODERS
-               for spec in compression.values())
+    encoders = [(spec or {}).get("encoder") for spec in compression.values()]
+    encoders += [stage.get("encoder") for direction in ("aggregation", "broadcast")
+                 for stage in self.config.get(direction) or () if stage.get("name") == "encode"]
+    return all(encoder in _LOSSLESS_ENCODERS for encoder in encoders)
 
   def total_bits(self, direction: str) -> int | None:
     """Bits sent in `direction` ('broadcast'/'aggregate') over the recorded rounds."""

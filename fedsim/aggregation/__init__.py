@@ -1,0 +1,211 @@
+"""What happens to client updates between the clients and the server, as a chain of stages.
+
+Config (each list is ordered outermost first; both are optional):
+
+  aggregation:                                   # clients -> server
+    - {name: zeroing, max_norm: 100.0}           # drop updates with a huge norm
+    - {name: clip, norm: 1.0}                    # L2 clipping (fixed, or adaptive)
+    - {name: dp_gaussian, noise_multiplier: 1.0} # clip + Gaussian noise + mean
+    - {name: encode, encoder: uniform, bits: 8}  # what each client sends
+  broadcast:                                     # server -> clients
+    - {name: encode, encoder: uniform, bits: 8}
+
+Each stage is a registered entry that builds a `tff.aggregators` factory
+around the stages after it (`wrap`), takes the place of the algorithm's mean
+(`private`, `complete`), marks where that mean goes (`mean`) or ends the chain
+with the sum that crosses the wire (`sum`). Unless the chain says otherwise,
+the algorithm's mean (weighted by examples, unweighted, or a plain sum: the
+algorithm decides) sits right above the first `sum` stage, so stages listed
+before `encode` see each client's raw update. See `chain.py` for the
+assembly rules and `builtin.py` for the stages fedsim ships.
+
+This module parses and checks chains without TensorFlow, so `fedsim validate`
+finds an impossible composition (e.g. example-weighted differential privacy)
+in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping, Sequence
+
+from fedsim.config.typed import Component, parse
+from fedsim.errors import UserError
+from fedsim.registry import NoParams, Registry
+
+AGGREGATION_STAGES = Registry("aggregation stage")
+BROADCAST_STAGES = Registry("broadcast stage")
+
+# What a stage does in the chain (see the module docstring).
+WRAP, MEAN, SUM, PRIVATE, COMPLETE = "wrap", "mean", "sum", "private", "complete"
+ROLES = (WRAP, MEAN, SUM, PRIVATE, COMPLETE)
+
+# How the algorithm combines client updates: by `FederatedAlgorithm` kind.
+WEIGHTED_MEAN, UNWEIGHTED_MEAN, PLAIN_SUM = "weighted_mean", "mean", "sum"
+
+
+@dataclasses.dataclass(frozen=True)
+class StageContext:
+  """What a stage builder may need beyond its own parameters."""
+
+  kind: str                 # WEIGHTED_MEAN, UNWEIGHTED_MEAN or PLAIN_SUM
+  clients_per_round: int    # the expected number of aggregated clients
+  seed: int                 # the run seed (noise is derived from it)
+  index: int                # the stage's position in its chain
+
+
+def register_aggregation_stage(name: str, params: type = NoParams, *, role: str = WRAP,
+                               inner_key: str | None = None, own_key: str | None = None,
+                               parser: Callable[[Any, str], Any] | None = None,
+                               replace: bool = False) -> Callable:
+  """Decorator that adds an aggregation stage, usable as `{name: NAME, ...}` in config.
+
+  The decorated builder is called as:
+    role 'wrap':     build(params, inner_factory, context) -> factory wrapping inner
+    role 'private':  build(params, inner_sum_factory, context) -> unweighted mean factory
+    role 'sum':      build(params, context) -> UnweightedAggregationFactory (a sum)
+    role 'complete': build(params, context) -> the whole aggregation from here down
+  where factories are `tff.aggregators` factories and `context` is a
+  `StageContext`. `inner_key` names the key under which the built factory's
+  measurements nest its inner factory's (TFF's zeroing uses 'zeroing'); the
+  stage's own measurements are the other keys, or only those under `own_key`
+  when it names one (TFF's DP factory: 'dp_query_metrics'). `parser(data, key)` replaces
+  the typed parsing of `params` for stages with a layout of their own.
+
+  Raises:
+    ValueError: an unknown role, or a taken name without `replace`.
+  """
+  if role not in ROLES:
+    raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+
+  def decorator(fn):
+    fn.stage_role, fn.inner_key, fn.own_key, fn.stage_parser = role, inner_key, own_key, parser
+    return AGGREGATION_STAGES.register(name, params=params, replace=replace)(fn)
+
+  return decorator
+
+
+def register_broadcast_stage(name: str, params: type = NoParams, *,
+                             parser: Callable[[Any, str], Any] | None = None,
+                             replace: bool = False) -> Callable:
+  """Decorator that adds a broadcast stage: `build(params, weights_type, context)`
+  returns a `tff.learning.templates.DistributionProcess` for the model weights."""
+
+  def decorator(fn):
+    fn.stage_role, fn.inner_key, fn.own_key, fn.stage_parser = None, None, None, parser
+    return BROADCAST_STAGES.register(name, params=params, replace=replace)(fn)
+
+  return decorator
+
+
+def role_of(stage: Component) -> str:
+  """The role of a parsed aggregation stage (a builder may decide it from its params)."""
+  role = AGGREGATION_STAGES.get(stage.name).build.stage_role
+  return role(stage.params) if callable(role) else role
+
+
+def measurement_keys(stage: Component) -> tuple[str | None, str | None]:
+  """(inner_key, own_key) of a stage's TFF measurements (see `register_aggregation_stage`)."""
+  build = AGGREGATION_STAGES.get(stage.name).build
+  keys = (build.inner_key, getattr(build, "own_key", None))
+  return tuple(k(stage.params) if callable(k) else k for k in keys)
+
+
+def parse_chain(registry: Registry, data: Any, key: str) -> tuple[Component, ...]:
+  """Parses a list of `{name: STAGE, **params}` (or bare names) into Components.
+
+  Raises:
+    UserError: naming `key[i]` and the unknown stage or key.
+  """
+  if data is None:
+    return ()
+  if not isinstance(data, Sequence) or isinstance(data, (str, bytes)):
+    raise UserError(f"{key}: expected a list of stages, e.g. [{{name: clip, norm: 1.0}}],"
+                    f" got {data!r:.40}")
+  stages = []
+  for i, item in enumerate(data):
+    where = f"{key}[{i}]"
+    if isinstance(item, str):
+      item = {"name": item}
+    if not isinstance(item, Mapping) or "name" not in item:
+      raise UserError(f"{where}: expected a mapping with a 'name' key (one of:"
+                      f" {', '.join(registry.names())}), got {item!r:.40}")
+    entry = registry.get(item["name"], f"{where}.name")
+    rest = {k: v for k, v in item.items() if k != "name"}
+    custom = getattr(entry.build, "stage_parser", None)
+    params = custom(rest, where) if custom else parse(entry.params, rest, where,
+                                                      reserved=("name",))
+    stages.append(Component(entry.name, params))
+  return tuple(stages)
+
+
+def parse_aggregation(data: Any, key: str = "aggregation") -> tuple[Component, ...]:
+  return parse_chain(AGGREGATION_STAGES, data, key)
+
+
+def parse_broadcast(data: Any, key: str = "broadcast") -> tuple[Component, ...]:
+  stages = parse_chain(BROADCAST_STAGES, data, key)
+  if len(stages) > 1:
+    raise UserError(f"{key}: at most one broadcast stage (the server sends one encoding"
+                    f" of the model), got {len(stages)}")
+  return stages
+
+
+def check_chain(stages: Sequence[Component], kind: str | None, algorithm: str,
+                clients_per_round: int, key: str = "aggregation") -> None:
+  """Raises UserError (one line naming the stage) if TFF cannot build this chain.
+
+  `kind` is how `algorithm` combines updates, or None when it does not say
+  (a plugin algorithm): then only the order of stages is checked. A stage
+  builder may carry `check_context(params, context, key)` for rules that
+  depend on the experiment (e.g. the clients per round).
+  """
+  from fedsim.aggregation.builtin import absorb_clip
+  stages = absorb_clip(stages)
+  roles = [role_of(s) for s in stages]
+  for i, (stage, role) in enumerate(zip(stages, roles)):
+    where = f"{key}[{i}] {stage.name}"
+    check = getattr(AGGREGATION_STAGES.get(stage.name).build, "check_context", None)
+    if check is not None:
+      check(stage.params, StageContext(kind or "", clients_per_round, 0, i), f"{key}[{i}]")
+    last = i == len(stages) - 1
+    if role == SUM and not last:
+      raise UserError(f"{where}: a '{stage.name}' stage sends the values and must come last;"
+                      f" it is followed by '{stages[i + 1].name}'")
+    if role == COMPLETE and not last:
+      raise UserError(f"{where}: builds the whole aggregation below it and must come last")
+    if role in (MEAN, PRIVATE, COMPLETE):
+      earlier = [s.name for s, r in zip(stages[:i], roles[:i]) if r in (MEAN, PRIVATE, COMPLETE)]
+      if earlier:
+        raise UserError(f"{where}: the chain already averages at '{earlier[0]}'")
+      later = [s.name for s, r in zip(stages[i + 1:], roles[i + 1:]) if r in (WRAP, PRIVATE)]
+      if role == PRIVATE and later:
+        raise UserError(f"{where}: '{later[0]}' after it would act on clipped, noised"
+                        " values; put it before the private stage")
+    if role in (MEAN, PRIVATE) and kind == PLAIN_SUM:
+      raise UserError(f"{where}: algorithm '{algorithm}' sums client updates, it does not"
+                      " average them")
+    if role == PRIVATE and kind == WEIGHTED_MEAN:
+      raise UserError(f"{where}: differentially private aggregation is unweighted, but"
+                      f" algorithm '{algorithm}' weights clients by their examples; set"
+                      " algorithm.client_weighting: uniform")
+    if role == COMPLETE and kind == PLAIN_SUM:
+      raise UserError(f"{where}: algorithm '{algorithm}' sums client updates; this stage"
+                      " averages them")
+
+
+def is_compressing(registry: Registry, stage: Component) -> bool:
+  """True for stages that change what crosses the wire (encoders): an
+  uncompressed reference run leaves them out."""
+  return bool(getattr(registry.get(stage.name).build, "compresses", False))
+
+
+def private_stage(stages: Sequence[Component]) -> tuple[int, Component] | None:
+  """The (index, stage) of the chain's differentially private stage, if any."""
+  for i, stage in enumerate(stages):
+    if role_of(stage) == PRIVATE:
+      return i, stage
+  return None
+
+
+from fedsim.aggregation import builtin  # noqa: E402,F401  (registers fedsim's own stages)

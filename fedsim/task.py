@@ -1,0 +1,59 @@
+"""The types that connect an experiment to an algorithm (base layer: imports nothing of fedsim).
+
+An algorithm entry is `build(params, task: Task) -> FederatedAlgorithm`: the
+task says what to build for (the model, how clients batch their data, the
+aggregation and broadcast chains), the result is the TFF process plus what
+the run loop needs around it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientPlan:
+  """How the run loop packs each sampled client's data for one round."""
+
+  epochs: int = 1            # passes over the client's data
+  steps: int | None = None   # exactly this many batches instead (cycling), if set
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """What an algorithm is built for."""
+
+  model: Any                       # fedsim.models.functional.TaskModel
+  batch_size: int
+  epochs: int                      # data.epochs
+  aggregation: tuple = ()          # parsed aggregation stages, outermost first
+  broadcast: tuple = ()            # parsed broadcast stages (at most one)
+  clients_per_round: int = 1       # expected aggregated clients (DP means divide by it)
+  seed: int = 0                    # the run seed: stages derive their randomness from it
+
+
+@dataclasses.dataclass(frozen=True)
+class FederatedAlgorithm:
+  """A built algorithm: the TFF process and what the run loop needs around it."""
+
+  process: Any        # tff.templates.IterativeProcess: next(state, client_data)
+  client_plan: ClientPlan
+  # TFF types of what each client uploads besides the model update (summed
+  # metrics, update weight): sizing splits the upload into model vs. rest.
+  upload_extras_types: tuple = ()
+  # The round as TFF compiles it for sizing (see composer.sizing_view).
+  sizing_process: Any = None
+  # Stateful clients (elastic averaging): what a client starts from, or None.
+  initial_client_state: Any = None
+  # ((stage name, inner measurement key), ...) of the aggregation chain, top
+  # down: how the aggregator's nested measurements are named in metrics.
+  aggregation_plan: tuple = ()
+
+  @property
+  def stateful_clients(self) -> bool:
+    return self.initial_client_state is not None
+
+  def model_weights(self, state) -> Any:
+    """The model that is evaluated, checkpointed and exported."""
+    return state.global_model_weights
