@@ -102,3 +102,43 @@ def test_help_lists_options():
   out = fedsim("run", "--help").stdout
   for option in ("--set", "--logdir", "CONFIG.yaml"):
     assert option in out
+
+
+def test_list_shows_typed_parameters_and_summaries(capsys):
+  from fedsim import cli
+  assert cli.main(["list", "encoder"]) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert "encoder uniform   bits: int = 8, rounding: stochastic|deterministic = stochastic" in lines
+  assert lines[lines.index("encoder identity  (no parameters)") + 1] == (
+      "    Sends tensors unchanged (32 bits per float32 element).")
+  assert all(line.startswith(("encoder ", "    ")) for line in lines)
+  assert cli.main(["list", "optimizers"]) == 0  # plural and case are forgiven
+  assert "optimizer sgd      learning_rate: float = 0.1, momentum: float = 0.0" in (
+      capsys.readouterr().out.splitlines())
+
+
+def test_list_everything_without_tensorflow(tmp_path):
+  (tmp_path / "listed_plugin.py").write_text(
+      "from fedsim.learning.optimizers import OPTIMIZERS, SgdParams\n"
+      "@OPTIMIZERS.register('plugin_listed_sgd', params=SgdParams)\n"
+      "def build(p):\n  '''An optimizer from a plugin.'''\n")
+  code = ("import sys\nfrom fedsim import cli\n"
+          "code = cli.main(['list', '--plugin', 'listed_plugin.py'])\n"
+          "assert not [m for m in sys.modules if m.split('.')[0] in"
+          " ('tensorflow', 'tensorflow_federated', 'keras')], 'TF imported'\n"
+          "sys.exit(code)\n")
+  result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+  assert result.returncode == 0, result.stderr
+  groups = [block.splitlines()[0].split()[0] for block in result.stdout.split("\n\n")]
+  assert {"algorithm", "dataset", "encoder", "model", "optimizer", "partition"} <= set(groups)
+  assert "optimizer plugin_listed_sgd  learning_rate: float = 0.1, momentum: float = 0.0\n" \
+         "    An optimizer from a plugin." in result.stdout
+
+
+def test_list_unknown_registry(capsys):
+  from fedsim import cli
+  assert cli.main(["list", "encodr"]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith("fedsim: error: list: no registry 'encodr' (did you mean 'encoder'?);")
+  assert len(err.splitlines()) == 1

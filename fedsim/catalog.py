@@ -1,0 +1,121 @@
+"""`fedsim list`: what a config can name, registry by registry, with typed parameters.
+
+One line per entry, `<registry> <name>  <key>: <type> = <default>, ...`, in
+the config's own vocabulary (YAML values, `a|b` for a choice), followed by
+the summary line of the entry's docstring. Imports no TensorFlow: registering
+modules keep TF inside their builders.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import types
+import typing
+from typing import Any, Literal
+
+from fedsim.errors import UserError
+from fedsim.registry import REGISTRIES, Registry, closest
+
+# Importing these creates and fills every registry fedsim has; the schema
+# last, for any registry a config section uses that the others miss.
+_PACKAGES = ("fedsim.models", "fedsim.data", "fedsim.algorithms", "fedsim.compression",
+             "fedsim.learning.optimizers", "fedsim.experiment.system", "fedsim.aggregation",
+             "fedsim.config.schema")
+
+
+def registries() -> list[Registry]:
+  """Every registry, built-ins imported (plus those of plugins already loaded), by kind."""
+  for name in _PACKAGES:
+    try:
+      importlib.import_module(name)
+    except ModuleNotFoundError as e:
+      if e.name != name:  # only a package this fedsim does not have is skipped
+        raise
+  return sorted(REGISTRIES, key=lambda r: r.kind)
+
+
+def format_catalog(kind: str | None = None) -> str:
+  """The text of `fedsim list [kind]`: one block per registry, blank lines between.
+
+  Raises:
+    UserError: when `kind` names no registry (with the closest kind).
+  """
+  chosen = registries()
+  if kind is not None:
+    wanted = _normalize(kind)
+    chosen = [r for r in chosen if _normalize(r.kind) in (wanted, wanted.rstrip("s"))]
+    if not chosen:
+      kinds = sorted({r.kind for r in registries()})
+      raise UserError(f"list: no registry '{kind}'{closest(kind, kinds)}; choose one of:"
+                      f" {', '.join(kinds)}")
+  return "\n\n".join(format_registry(r) for r in chosen)
+
+
+def format_registry(registry: Registry) -> str:
+  """One registry's lines: each entry with its parameters, then its summary."""
+  entries = registry.entries()
+  width = max((len(e.name) for e in entries), default=0)
+  lines = []
+  for entry in entries:
+    lines.append(f"{registry.kind} {entry.name:<{width}}  {describe_params(entry.params)}")
+    if entry.summary:
+      lines.append(f"    {entry.summary}")
+  return "\n".join(lines) or f"{registry.kind}: (no entries)"
+
+
+def describe_params(params: type) -> str:
+  """`key: type = default, ...` for a parameter dataclass ('(no parameters)' if none)."""
+  hints = typing.get_type_hints(params)
+  parts = []
+  for field in dataclasses.fields(params):
+    if not field.init:
+      continue
+    text = f"{field.name}: {_type_text(hints[field.name], field.metadata)}"
+    if field.default is not dataclasses.MISSING:
+      text += f" = {value_text(field.default)}"
+    elif field.default_factory is not dataclasses.MISSING:
+      text += f" = {value_text(field.default_factory())}"
+    else:
+      text += " (required)"
+    parts.append(text)
+  return ", ".join(parts) or "(no parameters)"
+
+
+def _type_text(tp: Any, metadata: typing.Mapping[str, Any] = types.MappingProxyType({})) -> str:
+  if "registry" in metadata:
+    return metadata["registry"].kind
+  origin, args = typing.get_origin(tp), typing.get_args(tp)
+  if origin is Literal:
+    return "|".join(value_text(a) for a in args)
+  if origin in (typing.Union, types.UnionType):
+    return " | ".join("None" if a is type(None) else _type_text(a) for a in args)
+  if origin in (list, tuple, dict):
+    inner = ", ".join("..." if a is Ellipsis else _type_text(a) for a in args)
+    return f"{origin.__name__}[{inner}]" if inner else origin.__name__
+  if tp is Any:
+    return "any"
+  return getattr(tp, "__name__", str(tp))
+
+
+def value_text(value: Any) -> str:
+  """`value` as a config would spell it (YAML flow style)."""
+  if hasattr(value, "to_dict"):
+    value = value.to_dict()
+  elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+    value = dataclasses.asdict(value)
+  if value is None:
+    return "null"
+  if isinstance(value, bool):
+    return "true" if value else "false"
+  if isinstance(value, str):
+    return value or "''"
+  if isinstance(value, (list, tuple)):
+    return "[" + ", ".join(value_text(v) for v in value) + "]"
+  if isinstance(value, dict):
+    return "{" + ", ".join(f"{k}: {value_text(v)}" for k, v in value.items()) + "}"
+  return str(value)
+
+
+def _normalize(kind: str) -> str:
+  return " ".join(kind.lower().replace("_", " ").replace("-", " ").split())
