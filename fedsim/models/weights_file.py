@@ -62,7 +62,8 @@ def load_weights(path: str, names: Sequence[str], shapes: Sequence[tuple[int, ..
   except (OSError, ValueError, EOFError) as e:
     raise UserError(f"{where}: not a readable .npz file ({e})") from None
   if len(arrays) != len(shapes):
-    raise UserError(f"{where} holds {len(arrays)} arrays; the model has {len(shapes)}"
+    raise UserError(f"{where} holds {len(arrays)} array{'s' * (len(arrays) != 1)}; the"
+                    f" model has {len(shapes)}"
                     f" weights ({', '.join(names)})")
   out = []
   for (array_name, array), name, shape in zip(arrays, names, shapes):
