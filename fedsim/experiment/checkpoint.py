@@ -41,7 +41,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fedsim.errors import RunFailed, UserError
+from fedsim.errors import RunFailed, UserError, host_error
 
 CHECKPOINTS = "checkpoints"
 COMPLETE = "COMPLETE"
@@ -157,8 +157,9 @@ def save_checkpoint(run_dir: str | os.PathLike, round_num: int, server_state: An
     The checkpoint directory.
 
   Raises:
-    RunFailed: naming the path, if anything cannot be written (e.g. a full
-      disk); no directory that would be taken as a checkpoint is left behind.
+    HostError: naming the path, if anything cannot be written (e.g. 'no space
+      left on device (writing checkpoint P)'); no directory that would be
+      taken as a checkpoint is left behind.
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   root = pathlib.Path(run_dir) / CHECKPOINTS
@@ -187,7 +188,8 @@ def save_checkpoint(run_dir: str | os.PathLike, round_num: int, server_state: An
     _fsync_file(root)
   except OSError as e:
     shutil.rmtree(tmp, ignore_errors=True)
-    raise RunFailed(f"cannot write checkpoint {final}: {e.strerror or e}") from None
+    raise host_error(OSError(e.errno, e.strerror or str(e)), final,
+                     "writing checkpoint") from None
   _prune(root, keep)
   return final
 
@@ -243,13 +245,23 @@ def check_free_space(run_dir: pathlib.Path, needed: int) -> None:
                     " (lower checkpoint.keep or free some space)")
 
 
-def export_model(path: pathlib.Path, weights: Any) -> None:
-  """Writes model weights to `path` (.npz: trainable_<i>, non_trainable_<i>), atomically.
+def export_model(path: pathlib.Path, weights: Any, names: Sequence[str] = ()) -> None:
+  """Writes model weights to `path` as .npz, atomically.
+
+  Trainable arrays are named by `names` (the model's `weight_names`, e.g.
+  `dense/kernel`, in `keras_model.get_weights()` order), or `trainable_<i>`
+  when `names` is empty; `model.initial_weights` reads the file back and
+  `keras_model.set_weights([f[k] for k in f.files])` loads it into Keras.
 
   Raises:
+    ValueError: if `names` is not empty and does not name every array.
     RunFailed: naming the path, if it cannot be written.
   """
-  arrays = {f"trainable_{i}": np.asarray(w) for i, w in enumerate(weights.trainable)}
+  trainable = [np.asarray(w) for w in weights.trainable]
+  names = list(names) or [f"trainable_{i}" for i in range(len(trainable))]
+  if len(names) != len(trainable):
+    raise ValueError(f"{len(names)} names for {len(trainable)} trainable arrays")
+  arrays = dict(zip(names, trainable))
   arrays.update({f"non_trainable_{i}": np.asarray(w)
                  for i, w in enumerate(weights.non_trainable)})
   tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
