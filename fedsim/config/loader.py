@@ -1,6 +1,7 @@
 """Reading experiment configs: YAML files, `--set` overrides and variants.
 
-Configs are data: YAML is loaded with `yaml.safe_load` (no object tags). The
+Configs are data: YAML is loaded safely (no object tags; see `yaml_syntax`
+for the two ways it is stricter and kinder than plain YAML 1.1). The
 only code a config imports is what it names: its `plugins` (imported before
 validation, so that the names they register are known) and a custom
 dataset's builder.
@@ -14,6 +15,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
+from fedsim.config import yaml_syntax
 from fedsim.config.schema import ExperimentConfig
 from fedsim.config.typed import parse, to_plain
 from fedsim.errors import UserError
@@ -24,7 +26,9 @@ def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
   """The mapping in YAML file `path`; UserError naming the file otherwise."""
   try:
     with open(path, encoding="utf-8") as f:
-      data = yaml.safe_load(f)
+      data = yaml_syntax.load(f)
+  except yaml_syntax.DuplicateKeyError as e:
+    raise UserError(f"{path}: line {e.line}: duplicate key '{e.key}'") from None
   except FileNotFoundError:
     raise UserError(f"{path}: config file not found") from None
   except IsADirectoryError:
@@ -50,7 +54,9 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str]) -> dict[st
     if not sep or not key or any(not part for part in key.split(".")):
       raise UserError(f"--set {item}: expected dotted.key=value")
     try:
-      value = yaml.safe_load(text) if text.strip() else ""
+      value = yaml_syntax.load(text) if text.strip() else ""
+    except yaml_syntax.DuplicateKeyError as e:
+      raise UserError(f"--set {item}: duplicate key '{e.key}'") from None
     except yaml.YAMLError:
       raise UserError(f"--set {item}: value is not valid YAML") from None
     node = result
