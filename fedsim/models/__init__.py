@@ -17,12 +17,14 @@ from fedsim.errors import UserError
 from fedsim.registry import NoParams, Registry
 
 
-@dataclasses.dataclass(frozen=True)
 class CommonModelParams:
-  """Keys that every model entry takes besides its own."""
+  """Keys that every model entry takes besides its own (added after them).
 
-  # Start from these weights (a final_model.npz) instead of the seeded init.
-  initial_weights: str | None = dataclasses.field(default=None, kw_only=True)
+  `initial_weights`: an .npz file (such as a run's final_model.npz) to start
+  from instead of the seeded initialization; checked when the model is built.
+  """
+
+  FIELDS = {"initial_weights": (str | None, None)}  # name: (type, default)
 
   def check_common(self, key: str) -> None:
     if self.initial_weights is not None and not os.path.isfile(
@@ -30,9 +32,8 @@ class CommonModelParams:
       raise UserError(f"{key}.initial_weights: no such file '{self.initial_weights}'")
 
   def to_dict(self) -> dict:
-    common = {f.name for f in dataclasses.fields(CommonModelParams)}
-    out = {f.name: to_plain(getattr(self, f.name))
-           for f in dataclasses.fields(self) if f.init and f.name not in common}
+    out = {f.name: to_plain(getattr(self, f.name)) for f in dataclasses.fields(self)
+           if f.init and f.name not in self.FIELDS}
     if self.initial_weights is not None:  # Configs that never set it stay as they were.
       out["initial_weights"] = self.initial_weights
     return out
@@ -43,9 +44,9 @@ def _with_common_params(params: type) -> type:
   if isinstance(params, type) and issubclass(params, CommonModelParams):
     return params  # Another entry's params, already extended.
   if not dataclasses.is_dataclass(params) or not params.__dataclass_params__.frozen:
-    raise TypeError(f"model params {params.__name__} must be a frozen dataclass")
-  clash = {f.name for f in dataclasses.fields(params)} & {
-      f.name for f in dataclasses.fields(CommonModelParams)}
+    raise TypeError(f"model params {getattr(params, '__name__', params)} must be a frozen"
+                    " dataclass")
+  clash = {f.name for f in dataclasses.fields(params)} & set(CommonModelParams.FIELDS)
   if clash:
     raise TypeError(f"model params {params.__name__} may not define {sorted(clash)}:"
                     " every model takes them already")
@@ -57,7 +58,10 @@ def _with_common_params(params: type) -> type:
     self.check_common(key)
 
   namespace = {"check": check, "__module__": params.__module__,
-               "__qualname__": params.__qualname__, "__doc__": params.__doc__}
+               "__qualname__": params.__qualname__, "__doc__": params.__doc__,
+               "__annotations__": {n: t for n, (t, _) in CommonModelParams.FIELDS.items()}}
+  for name, (_, default) in CommonModelParams.FIELDS.items():
+    namespace[name] = dataclasses.field(default=default, kw_only=True)
   return dataclasses.dataclass(frozen=True)(
       type(params.__name__, (params, CommonModelParams), namespace))
 

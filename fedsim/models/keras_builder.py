@@ -23,6 +23,7 @@ from typing import Any
 
 from fedsim.errors import UserError
 from fedsim.models import MODELS
+from fedsim.registry import resolve
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,8 +55,6 @@ def _first_line(error: BaseException) -> str:
 def build_keras(params: KerasParams, input_shape, num_classes):
   """Your own Keras model: `builder(input_shape=..., num_classes=..., **args)`."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-  from fedsim.data.custom import resolve  # pylint: disable=g-import-not-at-top
   module = params.builder.partition(":")[0]
   try:
     fn = resolve(params.builder, key="model")
