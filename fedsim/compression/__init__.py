@@ -174,7 +174,7 @@ def parse_direction(data: Any, key: str) -> DirectionSpec:
 
 
 def parse_compression(data: Any, key: str = "compression") -> CompressionSpec:
-  """Parses the `compression` section; absent or null means no compression.
+  """Parses the `compression` section; absent, null, `none` or `{}`: no compression.
 
   Returns:
     The CompressionSpec.
@@ -182,7 +182,7 @@ def parse_compression(data: Any, key: str = "compression") -> CompressionSpec:
   Raises:
     UserError: naming the offending key, as `parse_direction` does.
   """
-  if data is None:
+  if data is None or data == "none":  # `none` reads better in a variant than null
     return CompressionSpec()
   data = _require_mapping(data, key)
   for name in data:

@@ -9,13 +9,13 @@ dataset's builder.
 
 from __future__ import annotations
 
-import copy
 import os
 from typing import Any, Mapping, Sequence
 
 import yaml
 
 from fedsim.config import yaml_syntax
+from fedsim.config.merge import apply_overrides, deep_merge
 from fedsim.config.schema import ExperimentConfig
 from fedsim.config.typed import parse, to_plain
 from fedsim.errors import UserError
@@ -43,49 +43,6 @@ def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
   if not isinstance(data, dict):
     raise UserError(f"{path}: expected a mapping of config keys at the top level")
   return data
-
-
-def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-  """Applies `dotted.key=value` overrides; values are parsed as YAML scalars/lists."""
-  result = copy.deepcopy(dict(raw))
-  for item in overrides:
-    key, sep, text = item.partition("=")
-    key = key.strip()
-    if not sep or not key or any(not part for part in key.split(".")):
-      raise UserError(f"--set {item}: expected dotted.key=value")
-    try:
-      value = yaml_syntax.load(text) if text.strip() else ""
-    except yaml_syntax.DuplicateKeyError as e:
-      raise UserError(f"--set {item}: duplicate key '{e.key}'") from None
-    except yaml.YAMLError:
-      raise UserError(f"--set {item}: value is not valid YAML") from None
-    node = result
-    parts = key.split(".")
-    for i, part in enumerate(parts[:-1]):
-      child = node.get(part)
-      if child is None:
-        child = node[part] = {}
-      elif isinstance(child, str) and i < len(parts) - 1:
-        child = node[part] = {"name": child}  # `model: mlp` shorthand
-      if not isinstance(child, dict):
-        raise UserError(f"--set {item}: '{'.'.join(parts[:i + 1])}' is not a section")
-      node = child
-    node[parts[-1]] = value
-  return result
-
-
-def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-  """`override` merged into `base`; a changed registry `name` replaces the section."""
-  merged = copy.deepcopy(dict(base))
-  for key, value in override.items():
-    old = merged.get(key)
-    same_entry = not (isinstance(value, Mapping) and "name" in value
-                      and isinstance(old, Mapping) and old.get("name") != value["name"])
-    if isinstance(old, Mapping) and isinstance(value, Mapping) and same_entry:
-      merged[key] = deep_merge(old, value)
-    else:
-      merged[key] = copy.deepcopy(value)
-  return merged
 
 
 def parse_config(raw: Mapping[str, Any]) -> ExperimentConfig:

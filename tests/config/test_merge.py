@@ -1,0 +1,77 @@
+"""One layering rule for variants and `--set`: a changed choice replaces its section (no TF)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fedsim.config.loader import apply_overrides, expand_variants, load_config
+from fedsim.config.merge import deep_merge
+from fedsim.errors import UserError
+
+BASE = {
+    "name": "m", "rounds": 1, "clients_per_round": 2,
+    "data": {"name": "digits", "num_clients": 4, "partition": "dirichlet", "alpha": 0.3},
+    "model": {"name": "mlp", "hidden": [8, 8]},
+    "algorithm": {"name": "easgd", "moving_rate": 0.2,
+                  "client_optimizer": {"name": "sgd", "learning_rate": 0.1, "momentum": 0.9}},
+    "compression": {"aggregation": {"encoder": "uniform", "bits": 4, "min_elements": 5}},
+}
+
+
+def test_set_name_replaces_the_section():
+  raw = apply_overrides(BASE, ["data.name=emnist", "algorithm.name=fedavg"])
+  assert raw["data"] == {"name": "emnist"}
+  assert raw["algorithm"] == {"name": "fedavg"}
+  config, _ = load_config(BASE, ["data.name=emnist", "algorithm.name=fedavg"])
+  assert config.data.name == "emnist" and config.algorithm.name == "fedavg"
+
+
+def test_same_name_merges_key_by_key():
+  raw = apply_overrides(BASE, ["algorithm.client_optimizer.learning_rate=0.5",
+                               "algorithm.name=easgd"])
+  assert raw["algorithm"] == {"name": "easgd", "moving_rate": 0.2, "client_optimizer": {
+      "name": "sgd", "learning_rate": 0.5, "momentum": 0.9}}
+
+
+@pytest.mark.parametrize("cleared", [{}, None, "none"])
+def test_variant_clears_compression(cleared):
+  raw = dict(BASE, variants={"plain": {"compression": cleared}})
+  ((_, config),) = expand_variants(raw)
+  assert config.compression.aggregation is None and config.compression.broadcast is None
+
+
+def test_variant_switching_encoder_replaces_the_direction():
+  raw = dict(BASE, variants={"id": {"compression": {"aggregation": {"encoder": "identity"}}},
+                             "bits": {"compression": {"aggregation": {"bits": 8}}}})
+  runs = dict(expand_variants(raw))
+  assert runs["id"].compression.aggregation.encoder.name == "identity"
+  assert runs["id"].compression.aggregation.min_elements == 10000  # the default again
+  kept = runs["bits"].compression.aggregation
+  assert (kept.encoder.name, kept.encoder.params.bits, kept.min_elements) == ("uniform", 8, 5)
+
+
+def test_lists_are_replaced_never_merged():
+  assert deep_merge(BASE, {"model": {"hidden": [4]}})["model"] == {"name": "mlp", "hidden": [4]}
+  stages = {"aggregation": [{"name": "zeroing", "max_norm": 5.0}, {"name": "mean"}]}
+  assert deep_merge(stages, {"aggregation": [{"name": "sum"}]}) == {
+      "aggregation": [{"name": "sum"}]}
+
+
+@pytest.mark.parametrize("base,item,expected", [
+    ({"model": "mlp"}, "model.hidden=[4]", {"name": "mlp", "hidden": [4]}),
+    ({"model": {"name": "mlp", "hidden": [8]}}, "model=cnn", "cnn"),
+    ({"model": {"name": "mlp", "hidden": [8]}}, "model=mlp", {"name": "mlp", "hidden": [8]}),
+    ({"model": "mlp"}, "model={name: cnn, dense: 4}", {"name": "cnn", "dense": 4}),
+    ({"compression": {"aggregation": "uniform"}}, "compression.aggregation.bits=4",
+     {"aggregation": {"encoder": "uniform", "bits": 4}}),
+])
+def test_string_shorthand_is_a_section(base, item, expected):
+  key = next(iter(base))
+  assert apply_overrides(base, [item])[key] == expected
+
+
+def test_set_into_a_value_that_is_not_a_section():
+  with pytest.raises(UserError, match=r"^--set rounds.x=1: 'rounds' is not a section$"):
+    apply_overrides(BASE, ["rounds.x=1"])
+  with pytest.raises(UserError, match=r"^--set data.alpha.x.y=1: 'data.alpha' is not a section$"):
+    apply_overrides(BASE, ["data.alpha.x.y=1"])
