@@ -170,7 +170,7 @@ def check_chain(stages: Sequence[Component], kind: str | None, algorithm: str,
       check(stage.params, StageContext(kind or "", clients_per_round, 0, i), f"{key}[{i}]")
     last = i == len(stages) - 1
     if role == SUM and not last:
-      raise UserError(f"{where}: a '{stage.name}' stage sends the values and must come last;"
+      raise UserError(f"{where}: this stage sends the values and must come last;"
                       f" it is followed by '{stages[i + 1].name}'")
     if role == COMPLETE and not last:
       raise UserError(f"{where}: builds the whole aggregation below it and must come last")
