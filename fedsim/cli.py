@@ -1,7 +1,8 @@
 """The `fedsim` command line.
 
-Exit codes: 0 success, 1 a run that failed (divergence, dead runtime),
-2 bad input (one line on stderr naming the culprit), 130 interrupted.
+Exit codes: 0 success, 1 a run that failed (divergence, dead runtime) or the
+machine refused (a full disk), 2 bad input (one line on stderr naming the
+culprit), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import os
 import sys
 from typing import Sequence
 
-from fedsim.errors import RunFailed, UserError
+from fedsim.errors import HostError, RunFailed, UserError, host_error
 from fedsim.plugins import load_plugins
 
 
@@ -174,6 +175,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   except RunFailed as e:
     print(f"fedsim: run failed: {e}", file=sys.stderr)
     return e.exit_code
+  except (HostError, OSError) as e:  # The machine, not the input: a full disk, ...
+    error = e if isinstance(e, HostError) else host_error(e)
+    print(f"fedsim: error: {error}", file=sys.stderr)
+    return error.exit_code
   except KeyboardInterrupt:
     print("fedsim: interrupted", file=sys.stderr)
     return 130

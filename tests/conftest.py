@@ -3,7 +3,9 @@ which runs them on one fedsim-owned worker for the whole session."""
 
 from __future__ import annotations
 
+import errno
 import os
+import subprocess
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -31,3 +33,43 @@ def _tff_guard():
     from fedsim import runtime
     runtime.install_guard()
   yield
+
+
+class SmallDisk:
+  """A tmpfs of a few MiB for disk-full tests; `fill()` takes all its free space."""
+
+  def __init__(self, path):
+    self.path = path
+    self._filler = path / ".filler"
+
+  def fill(self) -> None:
+    fd = os.open(self._filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    chunk = 1 << 20
+    try:
+      while chunk:
+        try:
+          os.write(fd, b"\0" * chunk)
+        except OSError as e:
+          if e.errno != errno.ENOSPC:
+            raise
+          chunk //= 2
+    finally:
+      os.close(fd)
+
+  def free(self) -> None:
+    self._filler.unlink()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+  """A SmallDisk of 8 MiB mounted under tmp_path; skips unless mounting is permitted."""
+  path = tmp_path / "disk"
+  path.mkdir()
+  mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(path)],
+                           capture_output=True, check=False)
+  if mounted.returncode != 0:
+    pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+  try:
+    yield SmallDisk(path)
+  finally:
+    subprocess.run(["umount", "-l", str(path)], check=False)

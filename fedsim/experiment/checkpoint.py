@@ -31,13 +31,14 @@ that would need a private event loop inside Jupyter, whereas the leaves as
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import pathlib
 import re
 import shutil
 import time
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -131,6 +132,29 @@ def _fsync_file(path: pathlib.Path) -> None:
     os.close(fd)
 
 
+def write_npz(path: str | os.PathLike, arrays: Sequence[Any] | Mapping[str, Any],
+              sync: bool = False) -> None:
+  """Writes `arrays` to `path` in np.savez's format (`arr_<i>`, or the mapping's names).
+
+  The archive is built in memory first: np.savez streaming into a file that
+  fills up leaves a half-written ZipFile, whose finalizer later prints a
+  traceback of its own; this way a full disk is just one OSError.
+
+  Raises:
+    OSError: if the file cannot be written.
+  """
+  buffer = io.BytesIO()
+  if isinstance(arrays, Mapping):
+    np.savez(buffer, **arrays)
+  else:
+    np.savez(buffer, *arrays)
+  with open(path, "wb") as f:
+    f.write(buffer.getbuffer())
+    if sync:
+      f.flush()
+      os.fsync(f.fileno())
+
+
 def _write_synced(path: pathlib.Path, text: str) -> None:
   with open(path, "w", encoding="utf-8") as f:
     f.write(text)
@@ -169,10 +193,8 @@ def save_checkpoint(run_dir: str | os.PathLike, round_num: int, server_state: An
     root.mkdir(exist_ok=True)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    with open(tmp / SERVER_STATE, "wb") as f:
-      np.savez(f, *[np.asarray(x) for x in tf.nest.flatten(server_state)])
-      f.flush()
-      os.fsync(f.fileno())
+    write_npz(tmp / SERVER_STATE, [np.asarray(x) for x in tf.nest.flatten(server_state)],
+              sync=True)
     _write_synced(tmp / PROGRESS, json.dumps({
         "round": round_num, "simulated_seconds": simulated_seconds,
         "broadcast_history": [int(b) for b in broadcast_history],

@@ -14,6 +14,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from fedsim.experiment.checkpoint import write_npz
+
 
 class ClientStateStore:
   """Loads and saves client states as flat lists of arrays in `directory`."""
@@ -48,7 +50,7 @@ class ClientStateStore:
         raise ValueError(f"client state of {cid} has {len(leaves)} tensors,"
                          f" expected {len(self._initial)}")
       tmp = self._path(cid).with_suffix(".tmp.npz")
-      np.savez(tmp, *leaves)
+      write_npz(tmp, leaves)  # A full disk: one OSError, no stray ZipFile finalizer.
       os.replace(tmp, self._path(cid))
 
   def bytes_per_client(self) -> int:

@@ -37,7 +37,7 @@ class Run:
 
   name: str
   path: pathlib.Path
-  status: str                      # 'completed', 'failed', 'running' or 'unknown'
+  status: str                      # 'completed', 'failed', 'interrupted', 'running' or 'unknown'
   message: str                     # why a run failed, from its status file
   config: Mapping[str, Any]        # the resolved config.yaml
   metrics: Sequence[Mapping[str, float]]  # one dict per round, as in metrics.csv

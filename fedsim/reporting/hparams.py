@@ -46,10 +46,11 @@ def write_hparams(run_dir: str | os.PathLike, hparams: Mapping[str, HParamValue]
 
   Raises:
     TypeError: if a hyperparameter value is not a bool, int, float or str.
+    OSError: naming `run_dir`, if the events cannot be written.
   """
   from tensorboard.plugins.hparams import api as hp  # pylint: disable=g-import-not-at-top
 
-  from fedsim.reporting.sinks import load_tensorflow  # pylint: disable=g-import-not-at-top
+  from fedsim.reporting.sinks import load_tensorflow, os_error_from_tf  # pylint: disable=g-import-not-at-top
 
   for key, value in hparams.items():
     if not isinstance(value, (bool, int, float, str)):
@@ -57,11 +58,14 @@ def write_hparams(run_dir: str | os.PathLike, hparams: Mapping[str, HParamValue]
                       f" got {type(value).__name__}")
   tf = load_tensorflow()
   run_dir = pathlib.Path(run_dir)
-  writer = tf.summary.create_file_writer(os.fspath(run_dir))
   try:
-    with writer.as_default(step=int(step)):
-      hp.hparams(dict(hparams), trial_id=run_dir.name)
-      for name, value in final_metrics.items():
-        tf.summary.scalar(FINAL_PREFIX + name, float(value))
-  finally:
-    writer.close()
+    writer = tf.summary.create_file_writer(os.fspath(run_dir))
+    try:
+      with writer.as_default(step=int(step)):
+        hp.hparams(dict(hparams), trial_id=run_dir.name)
+        for name, value in final_metrics.items():
+          tf.summary.scalar(FINAL_PREFIX + name, float(value))
+    finally:
+      writer.close()
+  except tf.errors.OpError as e:
+    raise os_error_from_tf(e, run_dir) from None

@@ -7,8 +7,10 @@ their metrics; files inside it are replaced atomically (temp file +
 
 from __future__ import annotations
 
+import errno
 import os
 import pathlib
+import threading
 import time
 from typing import Any, Mapping
 
@@ -16,7 +18,12 @@ import yaml
 
 from fedsim.errors import UserError
 
-STATUSES = ("running", "completed", "failed")
+STATUSES = ("running", "completed", "failed", "interrupted")
+# A full disk (or quota) refuses a new file; an existing file's blocks can
+# still be overwritten.
+_OUT_OF_SPACE = (errno.ENOSPC, errno.EDQUOT)
+# Far below one filesystem block: rewriting a status never needs a new block.
+_STATUS_MAX_CHARS = 1000
 _PROBE = ".write-probe"
 
 
@@ -27,7 +34,8 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     OSError: if the directory is not writable.
   """
   path = pathlib.Path(path)
-  tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+  # Per thread too: a forced exit may write a status while the main thread does.
+  tmp = path.with_name(f".{path.name}.tmp{os.getpid()}-{threading.get_ident()}")
   try:
     with open(tmp, "w", encoding="utf-8", newline="") as f:
       f.write(text)
@@ -104,14 +112,41 @@ def write_config(run_dir: str | os.PathLike, plain_config: Mapping[str, Any]) ->
 def write_status(run_dir: str | os.PathLike, status: str, message: str = "") -> None:
   """Writes `run_dir/status`: the status on line 1, then `message` if any.
 
+  The file is replaced atomically; on a full disk, where no new file can be
+  written, the existing status file is overwritten in place instead (its
+  block is already allocated; a message is cut to 1000 characters to fit).
+
   Raises:
-    ValueError: if `status` is not 'running', 'completed' or 'failed'.
-    OSError: if the file cannot be written.
+    ValueError: if `status` is not one of STATUSES.
+    OSError: if the file cannot be written either way.
   """
   if status not in STATUSES:
     raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
-  text = status + "\n" + (message.rstrip("\n") + "\n" if message else "")
-  write_text_atomic(pathlib.Path(run_dir) / "status", text)
+  message = message.rstrip("\n")[:_STATUS_MAX_CHARS]
+  text = status + "\n" + (message + "\n" if message else "")
+  path = pathlib.Path(run_dir) / "status"
+  try:
+    write_text_atomic(path, text)
+  except OSError as e:
+    if e.errno not in _OUT_OF_SPACE or not path.is_file():
+      raise
+    _overwrite_in_place(path, text.encode())
+
+
+def _overwrite_in_place(path: pathlib.Path, data: bytes) -> None:
+  """Replaces the content of an existing file without allocating a new one.
+
+  Padded with newlines to the old length before the cut, so a kill between
+  the write and the truncation leaves blank lines, which `read_status` ignores,
+  rather than the tail of the old status.
+  """
+  fd = os.open(path, os.O_WRONLY)
+  try:
+    old_size = os.fstat(fd).st_size
+    os.pwrite(fd, data + b"\n" * max(old_size - len(data), 0), 0)
+    os.ftruncate(fd, len(data))
+  finally:
+    os.close(fd)
 
 
 def read_status(run_dir: str | os.PathLike) -> tuple[str, str]:

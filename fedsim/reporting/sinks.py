@@ -12,6 +12,7 @@ internals plus an event-loop adapter around what is one `tf.summary.scalar`.
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import numbers
 import os
@@ -45,6 +46,18 @@ def load_tensorflow() -> Any:
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     return tf
   return import_tensorflow()
+
+
+def os_error_from_tf(error: Exception, path: str | os.PathLike) -> OSError:
+  """The OSError behind a TensorFlow file-writing error, naming `path`.
+
+  TF's event writer reports a full disk as a ResourceExhaustedError with no
+  message and no path.
+  """
+  if type(error).__name__ == "ResourceExhaustedError":
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fspath(path))
+  return OSError(errno.EIO, getattr(error, "message", "") or type(error).__name__,
+                 os.fspath(path))
 
 
 def _read_table(path: pathlib.Path) -> tuple[list[str], list[list[str]], bool]:
@@ -136,17 +149,23 @@ class CsvSink:
     Raises:
       ValueError: if `metrics['round']` disagrees with `round_num`, or a value
         is not a number.
+      OSError: naming the file, if it cannot be written (e.g. a full disk).
     """
     if ROUND in metrics and metrics[ROUND] != round_num:
       raise ValueError(f"metrics['{ROUND}'] = {metrics[ROUND]} but round_num = {round_num}")
     row = {ROUND: _cell(round_num)}
     row.update((k, _cell(v)) for k, v in metrics.items() if k != ROUND)
     new = [k for k in row if k not in self._columns]
-    if self._file is None or new:
-      self._rewrite(new, row)
-    else:
-      self._file.write(_format_lines([[row.get(c, "") for c in self._columns]]))
-      self._file.flush()
+    try:
+      if self._file is None or new:
+        self._rewrite(new, row)
+      else:
+        self._file.write(_format_lines([[row.get(c, "") for c in self._columns]]))
+        self._file.flush()
+    except OSError as e:
+      if e.filename is not None:
+        raise
+      raise OSError(e.errno, e.strerror, str(self._path)) from None
 
   def _rewrite(self, new_columns: list[str], row: Mapping[str, str]) -> None:
     """Rewrites the whole file with the widened header, then `row`."""
@@ -201,18 +220,30 @@ class TensorBoardSink:
   def __init__(self, log_dir: str | os.PathLike):
     """Opens a summary writer in `log_dir` (imports TensorFlow, ~10 s once)."""
     self._tf = load_tensorflow()
-    self._writer = self._tf.summary.create_file_writer(os.fspath(log_dir))
+    self._log_dir = os.fspath(log_dir)
+    self._writer = self._tf.summary.create_file_writer(self._log_dir)
 
   def write(self, round_num: int, metrics: Mapping[str, float]) -> None:
-    """Writes one scalar per metric at step `round_num` and flushes."""
-    with self._writer.as_default(step=int(round_num)):
-      for name, value in metrics.items():
-        if name != ROUND:  # It is the step already.
-          self._tf.summary.scalar(name, float(value))
-    self._writer.flush()
+    """Writes one scalar per metric at step `round_num` and flushes.
+
+    Raises:
+      OSError: naming the log directory, if the events cannot be written.
+    """
+    try:
+      with self._writer.as_default(step=int(round_num)):
+        for name, value in metrics.items():
+          if name != ROUND:  # It is the step already.
+            self._tf.summary.scalar(name, float(value))
+      self._writer.flush()
+    except self._tf.errors.OpError as e:
+      raise os_error_from_tf(e, self._log_dir) from None
 
   def close(self) -> None:
-    self._writer.close()
+    """Flushes and closes the writer. Raises OSError as `write`."""
+    try:
+      self._writer.close()
+    except self._tf.errors.OpError as e:
+      raise os_error_from_tf(e, self._log_dir) from None
 
 
 class CompositeSink:

@@ -73,3 +73,19 @@ def test_status_round_trip(tmp_path):
 def test_unknown_status_rejected(tmp_path):
   with pytest.raises(ValueError):
     rundir.write_status(tmp_path, "done")
+
+
+def test_status_is_written_on_a_full_disk(small_disk):
+  run_dir = small_disk.path
+  rundir.write_status(run_dir, "running")
+  small_disk.fill()
+  with pytest.raises(OSError, match="No space left"):  # the disk refuses new data
+    (run_dir / "probe").write_text("x")
+  (run_dir / "probe").unlink()
+  message = "no space left on device (writing " + str(run_dir / "metrics.csv") + ")"
+  rundir.write_status(run_dir, "failed", message)
+  assert rundir.read_status(run_dir) == ("failed", message)
+  assert (run_dir / "status").read_text() == f"failed\n{message}\n"
+  rundir.write_status(run_dir, "interrupted")  # shorter than before: cut, no old tail
+  assert (run_dir / "status").read_text() == "interrupted\n"
+  assert sorted(p.name for p in run_dir.iterdir()) == [".filler", "status"]

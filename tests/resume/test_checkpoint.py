@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from fedsim.errors import RunFailed, UserError
+from fedsim.errors import HostError, UserError
 from fedsim.experiment import checkpoint as ckpt
 from fedsim.experiment.client_states import ClientStateStore
 from fedsim.experiment.rewind import rewind_logs
@@ -58,8 +58,10 @@ def test_failed_write_leaves_no_checkpoint(tmp_path, monkeypatch):
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
   monkeypatch.setattr(ckpt.os, "fsync", disk_full)
-  with pytest.raises(RunFailed, match=r"cannot write checkpoint .*round_4: No space left"):
+  with pytest.raises(HostError) as raised:
     _save(tmp_path, 4)
+  assert str(raised.value) == ("no space left on device (writing checkpoint"
+                               f" {tmp_path / 'checkpoints' / 'round_4'})")
   assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["round_2"]
   assert ckpt.latest_checkpoint(tmp_path).round_num == 2
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import signal
 
 import numpy as np
@@ -15,6 +16,7 @@ from fedsim import cli
 from fedsim.config.loader import load_config, plain
 from fedsim.errors import RunFailed, UserError
 from fedsim.experiment import checkpoint as ckpt
+from fedsim.experiment import loop
 from fedsim.reporting import read_metrics_csv, read_status
 from tests.resume.events import steps_by_tag
 
@@ -135,6 +137,69 @@ def test_too_little_disk_is_a_user_error_before_training(tff_runtime, tmp_path, 
     fedsim.run(CONFIG, logdir=tmp_path)
   (run_dir,) = (tmp_path / "faults").iterdir()
   assert read_status(run_dir)[0] == "failed" and not (run_dir / "metrics.csv").exists()
+
+
+def _stop_after_round(monkeypatch, round_num: int, action) -> None:
+  """Calls `action()` right after round `round_num` has run, before it is logged."""
+  play = loop._play_round
+
+  def play_then_act(sim, state, states, played, *args):
+    out = play(sim, state, states, played, *args)
+    if played == round_num:
+      action()
+    return out
+
+  monkeypatch.setattr(loop, "_play_round", play_then_act)
+
+
+@pytest.mark.slow
+def test_full_disk_fails_in_one_line_and_the_run_resumes_once_freed(
+    tff_runtime, small_disk, tmp_path, monkeypatch, capsys):
+  path = tmp_path / "c.yaml"
+  path.write_text(yaml.safe_dump(dict(CONFIG, rounds=4)))
+  logdir = small_disk.path / "runs"
+  _stop_after_round(monkeypatch, 2, small_disk.fill)
+  code, err = _main(capsys, str(path), "--logdir", str(logdir))
+  assert code == 1
+  (run_dir,) = (logdir / "faults").iterdir()
+  assert len(err) == 1, err
+  assert re.fullmatch(rf"fedsim: error: no space left on device \(writing .*{run_dir}/.*\)",
+                      err[0]), err
+  status, message = read_status(run_dir)
+  assert status == "failed" and message == err[0][len("fedsim: error: "):]
+  assert ckpt.latest_checkpoint(run_dir).round_num == 1
+
+  small_disk.free()
+  monkeypatch.undo()
+  code, err = _main(capsys, str(path), "--logdir", str(logdir), "--resume")
+  assert code == 0, err
+  assert read_status(run_dir) == ("completed", "")
+  assert [r["round"] for r in read_metrics_csv(run_dir / "metrics.csv")] == [1, 2, 3, 4]
+  assert steps_by_tag(run_dir)["train/loss"] == [1, 2, 3, 4]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, SystemExit(143)], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_run_says_so_and_resumes(tff_runtime, tmp_path, monkeypatch, capsys,
+                                                stop):
+  path = tmp_path / "c.yaml"
+  path.write_text(yaml.safe_dump(CONFIG))
+
+  def interrupt():
+    raise stop
+
+  _stop_after_round(monkeypatch, 2, interrupt)
+  if stop is KeyboardInterrupt:
+    code, err = _main(capsys, str(path), "--logdir", str(tmp_path))
+    assert (code, err) == (130, ["fedsim: interrupted"])
+  else:
+    with pytest.raises(SystemExit):
+      cli.main(["run", str(path), "--logdir", str(tmp_path)])
+  (run_dir,) = (tmp_path / "faults").iterdir()
+  assert read_status(run_dir) == ("interrupted", "")
+  monkeypatch.undo()
+  resumed = fedsim.run(CONFIG, logdir=tmp_path, resume=True)
+  assert resumed.run_dir == run_dir and [r["round"] for r in resumed.metrics] == [1, 2, 3]
 
 
 def _worker_pid(experiment_dir: pathlib.Path) -> int:
