@@ -9,7 +9,7 @@ MapReduceForm -- the same form sizing reads, so what is sized is what runs:
       acc = accumulate(acc, work(data_c, client_input))  (clients -> server)
     state', measurements = update(state, report(acc))
 
-Each of those is a plain TensorFlow graph (see `tf_graphs`). The loop over
+Each of those is a plain TensorFlow graph (see `fedsim.backend.computations`). The loop over
 clients runs inside one `tf.function` call per chunk of clients, so per-client
 cost is a loop iteration, not a runtime call; TensorFlow overlaps the
 iterations' independent work (client c+1 trains while c is accumulated).
@@ -27,7 +27,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fedsim.errors import UserError
-from fedsim.runtime import tf_graphs
+from fedsim.backend import computations
+from fedsim.backend.mapreduce import map_reduce_form
 
 DEVICES = ("auto", "cpu", "gpu")
 # Client data concatenated for one graph call: bounds the copy a round makes
@@ -103,13 +104,13 @@ class InProcessProcess:
     self._result_type = next_type.result
     self._init_type = process.initialize.type_signature.result
     try:
-      self._data_leaves = tf_graphs.tensor_leaves(self._data_type)
-    except tf_graphs.NotTensorFlow as e:
+      self._data_leaves = computations.tensor_leaves(self._data_type)
+    except computations.NotTensorFlow as e:
       raise NotCompilable(f"client data must be tensors (e.g. packed batches): {e}") from None
     form = _map_reduce_form(process)
     try:
       self._build(form, process)
-    except tf_graphs.NotTensorFlow as e:
+    except computations.NotTensorFlow as e:
       raise NotCompilable(str(e)) from None
 
   def _build(self, form, process) -> None:
@@ -118,18 +119,18 @@ class InProcessProcess:
     if not form.prepare.type_signature.parameter.is_equivalent_to(self._state_type):
       raise NotCompilable("its MapReduceForm prepares from part of the server state")
     init = tff.backends.mapreduce.get_state_initialization_computation(process.initialize)
-    self._init = tf_graphs.concrete_function(init, "initialize")
-    prepare = tf_graphs.concrete_function(form.prepare, "prepare")
-    work = tf_graphs.concrete_function(form.work, "work")
-    zero = tf_graphs.concrete_function(form.zero, "zero")
-    accumulate = tf_graphs.concrete_function(form.accumulate, "accumulate")
-    report = tf_graphs.concrete_function(form.report, "report")
-    update = tf_graphs.concrete_function(form.update, "update")
-    acc_specs = tf_graphs.tensor_specs(form.zero.type_signature.result)
+    self._init = computations.concrete_function(init, "initialize")
+    prepare = computations.concrete_function(form.prepare, "prepare")
+    work = computations.concrete_function(form.work, "work")
+    zero = computations.concrete_function(form.zero, "zero")
+    accumulate = computations.concrete_function(form.accumulate, "accumulate")
+    report = computations.concrete_function(form.report, "report")
+    update = computations.concrete_function(form.update, "update")
+    acc_specs = computations.tensor_specs(form.zero.type_signature.result)
     device = self.device
     data_leaves = self._data_leaves
-    state_specs = tuple(tf_graphs.tensor_specs(self._state_type))
-    input_specs = tuple(tf_graphs.tensor_specs(form.prepare.type_signature.result))
+    state_specs = tuple(computations.tensor_specs(self._state_type))
+    input_specs = tuple(computations.tensor_specs(form.prepare.type_signature.result))
     data_specs = tuple(tf.TensorSpec([None, *t.shape[1:]], tf.as_dtype(t.dtype))
                        for t in data_leaves)
     offset_spec = tf.TensorSpec([len(data_leaves), None], tf.int32)
@@ -170,21 +171,21 @@ class InProcessProcess:
     """The initial server state, as `process.initialize()` returns it."""
     with tf.device(self.device):
       leaves = self._init()
-    return tf_graphs.pack(leaves, self._init_type)
+    return computations.pack(leaves, self._init_type)
 
   def next(self, state: Any, client_data: Sequence[Any]) -> tuple[Any, Any]:
     """One round: `(new_state, measurements)`, as `process.next` returns them."""
-    state_leaves = [tf.convert_to_tensor(v) for v in tf_graphs.flatten(state, self._state_type)]
+    state_leaves = [tf.convert_to_tensor(v) for v in computations.flatten(state, self._state_type)]
     client_input, acc = self._start(*state_leaves)
     for chunk in self._chunks(client_data):
       acc = self._clients(client_input, acc, *self._concatenate(chunk))
     leaves = self._finish(tuple(state_leaves), acc)
-    return tf_graphs.pack(leaves, self._result_type)
+    return computations.pack(leaves, self._result_type)
 
   def _chunks(self, client_data: Sequence[Any]):
     chunk, size = [], 0
     for client in client_data:
-      leaves = tf_graphs.flatten(client, self._data_type)
+      leaves = computations.flatten(client, self._data_type)
       nbytes = sum(np.asarray(v).nbytes for v in leaves)
       if chunk and size + nbytes > self._chunk_bytes:
         yield chunk
@@ -220,26 +221,25 @@ def tensorflow_function(computation: tff.Computation, device: str = "auto"):
   """
   device = select_device(device)
   try:
-    function = tf_graphs.concrete_function(computation, "computation")
-  except tf_graphs.NotTensorFlow as e:
+    function = computations.concrete_function(computation, "computation")
+  except computations.NotTensorFlow as e:
     raise NotCompilable(str(e)) from None
   signature = computation.type_signature
 
   def call(*args):
     if len(args) == 1:
-      leaves = tf_graphs.flatten(args[0], signature.parameter)
+      leaves = computations.flatten(args[0], signature.parameter)
     else:
       leaves = [leaf for arg, arg_type in zip(args, signature.parameter.children())
-                for leaf in tf_graphs.flatten(arg, arg_type)]
+                for leaf in computations.flatten(arg, arg_type)]
     with tf.device(device):
       result = function(*leaves)
-    return tf_graphs.pack(result, signature.result)
+    return computations.pack(result, signature.result)
 
   return call
 
 
 def _map_reduce_form(process):
-  from fedsim.sizing.mapreduce_form import map_reduce_form
   try:
     return map_reduce_form(process)  # cached: sizing compiled the same process
   except ValueError as e:

@@ -1,15 +1,15 @@
-"""Per-client wire sizes from TFF's MapReduceForm (the only module that
-compiles to it, so an upstream change touches one file)."""
+"""Per-client wire sizes from TFF's MapReduceForm of the round (compiled once
+per process by `fedsim.backend.mapreduce`, which the in-process runtime
+shares: what is sized is what runs)."""
 
 from __future__ import annotations
-
-import weakref
 
 import numpy as np
 import tensorflow_federated as tff
 
 from fedsim.errors import RunFailed
-from fedsim.runtime.tf_graphs import NotTensorFlow, tensor_leaves
+from fedsim.backend.computations import NotTensorFlow, tensor_leaves
+from fedsim.backend.mapreduce import map_reduce_form
 from fedsim.sizing import ClientWireBits
 
 
@@ -36,30 +36,6 @@ def type_bits(type_spec: tff.Type) -> int:
       bits = dtype.itemsize * 8
     total += int(np.prod(leaf.shape, dtype=np.int64)) * bits
   return total
-
-
-_FORMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def map_reduce_form(process: tff.templates.IterativeProcess):
-  """TFF's MapReduceForm of `process.next`, compiled once per process object.
-
-  Sizing and the in-process runtime both need it; a compile takes 0.5-0.8 s.
-
-  Raises:
-    ValueError: the process has no MapReduceForm (the first line of TFF's reason).
-  """
-  if process not in _FORMS:
-    from fedsim.runtime.quiet import filtered_stderr
-    try:
-      # Grappler logs harmless "Failed to detect the fetch node(s)" errors here.
-      with filtered_stderr():
-        _FORMS[process] = tff.backends.mapreduce.get_map_reduce_form_for_computation(
-            process.next)
-    except Exception as e:  # TFF raises several internal error types here
-      reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-      raise ValueError(reason) from e
-  return _FORMS[process]
 
 
 def client_wire_bits(process: tff.templates.IterativeProcess,
