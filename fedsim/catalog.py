@@ -12,8 +12,9 @@ import dataclasses
 import importlib
 import types
 import typing
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 
+from fedsim.config.typed import yaml_text
 from fedsim.errors import UserError
 from fedsim.registry import REGISTRIES, Registry, closest
 
@@ -73,21 +74,26 @@ def describe_params(params: type) -> str:
       continue
     text = f"{field.name}: {_type_text(hints[field.name], field.metadata)}"
     if field.default is not dataclasses.MISSING:
-      text += f" = {value_text(field.default)}"
+      text += f" = {yaml_text(field.default)}"
     elif field.default_factory is not dataclasses.MISSING:
-      text += f" = {value_text(field.default_factory())}"
+      text += f" = {yaml_text(field.default_factory())}"
     else:
       text += " (required)"
+    if "used_with" in field.metadata:
+      other, *values = field.metadata["used_with"]
+      text += f" (with {other}: {' or '.join(yaml_text(v) for v in values)})"
     parts.append(text)
   return ", ".join(parts) or "(no parameters)"
 
 
-def _type_text(tp: Any, metadata: typing.Mapping[str, Any] = types.MappingProxyType({})) -> str:
+def _type_text(tp: Any, metadata: Mapping[str, Any] = types.MappingProxyType({})) -> str:
   if "registry" in metadata:
     return metadata["registry"].kind
+  if "choice_of" in metadata:
+    return "|".join(metadata["choice_of"].names())
   origin, args = typing.get_origin(tp), typing.get_args(tp)
   if origin is Literal:
-    return "|".join(value_text(a) for a in args)
+    return "|".join(yaml_text(a) for a in args)
   if origin in (typing.Union, types.UnionType):
     return " | ".join("None" if a is type(None) else _type_text(a) for a in args)
   if origin in (list, tuple, dict):
@@ -96,25 +102,6 @@ def _type_text(tp: Any, metadata: typing.Mapping[str, Any] = types.MappingProxyT
   if tp is Any:
     return "any"
   return getattr(tp, "__name__", str(tp))
-
-
-def value_text(value: Any) -> str:
-  """`value` as a config would spell it (YAML flow style)."""
-  if hasattr(value, "to_dict"):
-    value = value.to_dict()
-  elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-    value = dataclasses.asdict(value)
-  if value is None:
-    return "null"
-  if isinstance(value, bool):
-    return "true" if value else "false"
-  if isinstance(value, str):
-    return value or "''"
-  if isinstance(value, (list, tuple)):
-    return "[" + ", ".join(value_text(v) for v in value) + "]"
-  if isinstance(value, dict):
-    return "{" + ", ".join(f"{k}: {value_text(v)}" for k, v in value.items()) + "}"
-  return str(value)
 
 
 def _normalize(kind: str) -> str:

@@ -15,9 +15,9 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from fedsim.config import yaml_syntax
-from fedsim.config.merge import apply_overrides, deep_merge
+from fedsim.config.merge import apply_overrides, deep_merge, override_paths, parse_set, without
 from fedsim.config.schema import ExperimentConfig
-from fedsim.config.typed import parse, to_plain
+from fedsim.config.typed import parse_layered, to_plain
 from fedsim.errors import UserError
 from fedsim.plugins import load_plugins, plugin_dir
 
@@ -47,7 +47,18 @@ def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
 
 def parse_config(raw: Mapping[str, Any]) -> ExperimentConfig:
   """Validates a raw config mapping (and each of its variants) into typed form."""
-  config = parse(ExperimentConfig, raw)
+  return _validated(raw)[0]
+
+
+def _validated(raw: Mapping[str, Any],
+               set_paths: Sequence[str] = ()) -> tuple[ExperimentConfig, dict[str, Any]]:
+  """(typed config, `raw` without the keys an override made meaningless).
+
+  `set_paths` are the keys `--set` gave (see `typed.parse_layered`); every
+  variant is validated too, laid over the result.
+  """
+  config, dropped = parse_layered(ExperimentConfig, raw, set_paths)
+  raw = without(raw, dropped)
   for name, override in config.variants.items():
     for key in ("name", "variants", "plugins"):
       if key in override:
@@ -55,10 +66,16 @@ def parse_config(raw: Mapping[str, Any]) -> ExperimentConfig:
                         + (" (plugins are loaded once, for the whole config)"
                            if key == "plugins" else ""))
     try:
-      parse(ExperimentConfig, deep_merge(raw, override))
+      _variant(raw, override)
     except UserError as e:
       raise UserError(f"variants.{name}: {e}") from None
-  return config
+  return config, raw
+
+
+def _variant(base: Mapping[str, Any], override: Mapping[str, Any]) -> ExperimentConfig:
+  """The config of a variant: `override` laid over `base`, then validated."""
+  return parse_layered(ExperimentConfig, deep_merge(base, override),
+                       override_paths(override))[0]
 
 
 def load_config(source: str | os.PathLike | Mapping[str, Any],
@@ -77,7 +94,8 @@ def load_config(source: str | os.PathLike | Mapping[str, Any],
     raw = dict(source) if isinstance(source, Mapping) else read_yaml(source)
     raw = apply_overrides(raw, overrides)
     load_plugins(raw.get("plugins"), plugin_dir(source))
-    return parse_config(raw), raw
+    set_paths = [path for item in overrides for path in override_paths(parse_set(item))]
+    return _validated(raw, set_paths)
   except RecursionError:
     # PyYAML, deepcopy and the typed parser recurse once per nesting level.
     where = "config" if isinstance(source, Mapping) else str(source)
@@ -98,8 +116,7 @@ def expand_variants(raw: Mapping[str, Any]) -> list[tuple[str | None, Experiment
   variants = base.pop("variants", None) or {}
   if not variants:
     return [(None, parse_config(base))]
-  return [(name, parse_config(deep_merge(base, override or {})))
-          for name, override in variants.items()]
+  return [(name, _variant(base, override or {})) for name, override in variants.items()]
 
 
 def plain(config: ExperimentConfig) -> dict[str, Any]:

@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import copy
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import yaml
 
@@ -100,3 +100,26 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str]) -> dict[st
     result = deep_merge(result, parse_set(item, result))
   return result
 
+
+
+def override_paths(override: Mapping[str, Any], prefix: str = "") -> Iterator[str]:
+  """Dotted paths of the values an override sets (a cleared section is one path)."""
+  for key, value in override.items():
+    path = f"{prefix}{key}"
+    if isinstance(value, Mapping) and value:
+      yield from override_paths(value, f"{path}.")
+    else:
+      yield path
+
+
+def without(raw: Mapping[str, Any], paths) -> dict[str, Any]:
+  """A copy of `raw` without the keys at dotted `paths` (missing ones are ignored)."""
+  result = copy.deepcopy(dict(raw))
+  for path in paths:
+    *parents, last = path.split(".")
+    node = result
+    for part in parents:
+      node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+      node.pop(last, None)
+  return result

@@ -6,10 +6,17 @@ list[X], tuple[X, ...], dict[str, X], nested dataclasses, and `Component`
 metadata names the registry). Numeric bounds come from field metadata
 (`min`, `max`, `gt`). A dataclass may define `check(self, key)` for
 cross-field rules; it raises UserError.
+
+A key that only matters for some values of another key of its section
+declares it, `bounded(0.5, gt=0, used_with=("partition", "dirichlet"))`:
+giving it with another value is an error naming it ("only used with
+partition: dirichlet"), and the resolved config (`to_plain`) leaves it out.
+A string field may be a `choice` among a registry's names.
 """
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import math
 import types
@@ -32,8 +39,17 @@ class Component:
 
 
 def bounded(default: Any = dataclasses.MISSING, **bounds: Any) -> Any:
-  """A dataclass field with numeric bounds: min=, max= (inclusive), gt= (exclusive)."""
+  """A dataclass field with numeric bounds: min=, max= (inclusive), gt= (exclusive).
+
+  `used_with=(other_key, value, ...)`: the key only matters when `other_key`
+  of the same section has one of those values (see the module docstring).
+  """
   return dataclasses.field(default=default, metadata=bounds)
+
+
+def choice(registry: Registry, default: Any = dataclasses.MISSING, **bounds: Any) -> Any:
+  """A string field naming an entry of `registry` (checked when parsed)."""
+  return dataclasses.field(default=default, metadata={"choice_of": registry, **bounds})
 
 
 def custom(parser, default: Any = None) -> Any:
@@ -93,13 +109,92 @@ def parse(cls: type, data: Any, key: str = "", reserved: tuple[str, ...] = ()) -
       else:
         values[name] = _convert(hints[name], data[name], sub)
       _check_bounds(field.metadata, values[name], sub)
+      if "choice_of" in field.metadata:
+        field.metadata["choice_of"].get(values[name], sub)
     elif (field.default is dataclasses.MISSING
           and field.default_factory is dataclasses.MISSING):
       raise UserError(f"{sub}: missing required key")
   instance = cls(**values)
   if hasattr(instance, "check"):
     instance.check(key)
+  stale = [name for name in data if not in_use(instance, fields[name])]
+  if stale:
+    for name in stale:
+      _drop_inherited(fields[name], key, name)
+      del values[name]
+    instance = cls(**values)
   return instance
+
+
+def in_use(instance: Any, field: dataclasses.Field) -> bool:
+  """False when `field` declares `used_with` and its condition does not hold."""
+  condition = field.metadata.get("used_with")
+  return condition is None or getattr(instance, condition[0]) in condition[1:]
+
+
+@dataclasses.dataclass
+class _Layer:
+  set_paths: frozenset[str]  # dotted paths an override set
+  dropped: list[str]         # dotted paths of inherited keys left out
+
+
+_LAYER: contextvars.ContextVar[_Layer | None] = contextvars.ContextVar("layer", default=None)
+
+
+def parse_layered(cls: type, data: Any, set_paths) -> tuple[Any, list[str]]:
+  """`parse` for `data` made by laying an override over a base config.
+
+  `set_paths` are the dotted paths the override set. A key that no longer
+  matters after the override changed the choice it depends on (the base
+  has `partition: dirichlet, alpha: 0.3`, the override sets `partition:
+  iid`) came from the base, so it is left out instead of refused, as a
+  section whose `name` changes is replaced.
+
+  Returns:
+    (the parsed instance, dotted paths of the keys left out).
+  """
+  layer = _Layer(frozenset(set_paths), [])
+  token = _LAYER.set(layer)
+  try:
+    return parse(cls, data), layer.dropped
+  finally:
+    _LAYER.reset(token)
+
+
+def _drop_inherited(field: dataclasses.Field, key: str, name: str) -> None:
+  """Records `key.name` as left out, or raises when the user gave it for nothing."""
+  other, *values = field.metadata["used_with"]
+  layer = _LAYER.get()
+  path = _join(key, name)
+  if (layer is not None and _covered(layer.set_paths, _join(key, other))
+      and not _covered(layer.set_paths, path)):
+    layer.dropped.append(path)
+    return
+  spelled = " or ".join(yaml_text(v) for v in values)
+  raise UserError(f"{path}: only used with {other}: {spelled}")
+
+
+def _covered(paths: frozenset[str], path: str) -> bool:
+  return path in paths or any(path.startswith((p + ".", p + "[")) for p in paths)
+
+
+def yaml_text(value: Any) -> str:
+  """`value` as a config spells it (YAML flow style): null, true, [a, b], {k: v}."""
+  if hasattr(value, "to_dict"):
+    value = value.to_dict()
+  elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+    value = to_plain(value)
+  if value is None:
+    return "null"
+  if isinstance(value, bool):
+    return "true" if value else "false"
+  if isinstance(value, str):
+    return value or "''"
+  if isinstance(value, (list, tuple)):
+    return "[" + ", ".join(yaml_text(v) for v in value) + "]"
+  if isinstance(value, Mapping):
+    return "{" + ", ".join(f"{k}: {yaml_text(v)}" for k, v in value.items()) + "}"
+  return str(value)
 
 
 def _from_registry(registry: Registry, data: Any, key: str) -> Component:
@@ -192,7 +287,7 @@ def to_plain(obj: Any) -> Any:
     return obj.to_dict()
   if dataclasses.is_dataclass(obj):
     return {f.name: to_plain(getattr(obj, f.name))
-            for f in dataclasses.fields(obj) if f.init}
+            for f in dataclasses.fields(obj) if f.init and in_use(obj, f)}
   if isinstance(obj, (list, tuple)):
     return [to_plain(v) for v in obj]
   if isinstance(obj, dict):

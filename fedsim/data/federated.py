@@ -10,11 +10,12 @@ from __future__ import annotations
 import collections
 import dataclasses
 import threading
-from typing import Callable, Iterator, Literal, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from fedsim.config.typed import bounded
+from fedsim.config.typed import bounded, choice
+from fedsim.data.partition import PARTITIONERS
 
 # Seed-sequence stream ids, so that no two uses of the run seed share random
 # numbers: a use draws from np.random.default_rng([seed, STREAM, ...]).
@@ -133,9 +134,11 @@ class Partitioning:
   """How a centralized dataset's training part is split over clients."""
 
   num_clients: int = bounded(40, min=1)
-  partition: Literal["iid", "dirichlet", "shards"] = "iid"
-  alpha: float = bounded(0.5, gt=0)  # Dirichlet concentration over clients, per label
-  shards_per_client: int = bounded(2, min=1)  # label-sorted shards (McMahan et al. 2017)
+  partition: str = choice(PARTITIONERS, "iid")  # iid | dirichlet | shards | a plugin's
+  # Dirichlet concentration over clients, per label.
+  alpha: float = bounded(0.5, gt=0, used_with=("partition", "dirichlet"))
+  # Label-sorted shards per client (McMahan et al. 2017).
+  shards_per_client: int = bounded(2, min=1, used_with=("partition", "shards"))
   min_examples_per_client: int = bounded(1, min=1)
 
 

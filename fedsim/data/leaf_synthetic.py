@@ -36,8 +36,8 @@ _SHARED_SUBSTREAM = 3  # the one model that `iid` clients share
 @dataclasses.dataclass(frozen=True)
 class SyntheticParams(ClientBatching):
   num_clients: int = bounded(30, min=1)
-  alpha: float = bounded(1.0, min=0)  # spread of the clients' models
-  beta: float = bounded(1.0, min=0)  # spread of the clients' feature means
+  alpha: float = bounded(1.0, min=0, used_with=("iid", False))  # spread of the clients' models
+  beta: float = bounded(1.0, min=0, used_with=("iid", False))  # spread of their feature means
   iid: bool = False  # one shared model and feature distribution (ignores alpha, beta)
   dimension: int = bounded(60, min=1)
   num_classes: int = bounded(10, min=2)

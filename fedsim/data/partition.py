@@ -2,17 +2,21 @@
 
 Each partitioner is `fn(labels, params, rng, key=...) -> list[np.ndarray]`:
 one sorted array of example indices per client, disjoint, together covering
-every example. `key` is the config path of the dataset section, used in
-error messages.
+every example. `params` is the dataset section's `Partitioning`; `key` is
+the config path of the dataset section, used in error messages.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from fedsim.data.federated import Partitioning
 from fedsim.errors import UserError
 from fedsim.registry import Registry
+
+if TYPE_CHECKING:  # fedsim.data.federated imports this module for PARTITIONERS
+  from fedsim.data.federated import Partitioning
 
 PARTITIONERS = Registry("partition")
 

@@ -26,7 +26,7 @@ SPEEDS = Registry("speed model")
 @dataclasses.dataclass(frozen=True)
 class SystemConfig:
   speed: str = "constant"                 # a SPEEDS entry: constant | lognormal
-  sigma: float = bounded(0.5, min=0)      # lognormal: std-dev of log speed
+  sigma: float = bounded(0.5, min=0, used_with=("speed", "lognormal"))  # std-dev of log speed
   seconds_per_example: float = bounded(0.01, gt=0)
   dropout_probability: float = bounded(0.0, min=0, max=0.99)
   min_clients: int = bounded(1, min=1)    # fewer reports than this -> the round is skipped

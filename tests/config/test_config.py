@@ -42,7 +42,7 @@ def test_valid_config_parses_with_defaults():
     (["model.name=mpl"], "model.name: unknown model 'mpl' (did you mean 'mlp'?)"),
     (["algorithm.name=fedavgg"], "algorithm.name: unknown algorithm 'fedavgg' (did you mean 'fedavg'?)"),
     (["data.partition=dirichlet", "data.alpha=0"], "data.alpha: must be > 0, got 0"),
-    (["data.partition=iidd"], "data.partition: must be one of iid, dirichlet, shards; got 'iidd' (did you mean 'iid'?)"),
+    (["data.partition=iidd"], "data.partition: unknown partition 'iidd' (did you mean 'iid'?)"),
     (["roundz=3"], "roundz: unknown key (did you mean 'rounds'?)"),
     (["model.hidden=[8, x]"], "model.hidden[1]: expected an integer, got 'x'"),
     (["model.nam=mlp"], "model.nam: unknown key (did you mean 'name'?)"),

@@ -71,5 +71,6 @@ def test_config_section_parses_and_bounds_name_the_key():
       5, "dirichlet", 8, 1)
   with pytest.raises(UserError, match=r"^data.test_fraction: must be <= 0.9, got 0.95$"):
     parse(DigitsParams, {"test_fraction": 0.95}, "data")
-  with pytest.raises(UserError, match=r"^data.partition: must be one of iid, dirichlet, shards"):
+  with pytest.raises(UserError, match=r"^data.partition: unknown partition 'shard' \(did you"
+                                      r" mean 'shards'\?\); choose one of: dirichlet, iid"):
     parse(DigitsParams, {"partition": "shard"}, "data")
