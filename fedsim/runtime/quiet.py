@@ -131,6 +131,17 @@ def _cap_python_loggers() -> None:
   root = logging.getLogger()
   if not any(isinstance(f, _BitpackingNoteFilter) for f in root.filters):
     root.addFilter(_BitpackingNoteFilter())
+  # TFF's replacement of secure sums by their plain bodies (how fedsim runs
+  # `secure` aggregation) builds assertions it never runs; TensorFlow logs each
+  # as an ERROR with its stack, several screens per compiled round.
+  if not any(isinstance(f, _UnusedOpFilter) for f in tf_logger.filters):
+    tf_logger.addFilter(_UnusedOpFilter())
+
+
+class _UnusedOpFilter(logging.Filter):
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    return "Object was never used" not in str(record.msg)
 
 
 class _BitpackingNoteFilter(logging.Filter):
