@@ -18,13 +18,14 @@ from fedsim.errors import UserError
 ConfigSource = str | os.PathLike | Mapping[str, Any]
 
 
-def validate(config: ConfigSource, overrides: Sequence[str] = ()) -> list[str]:
-  """Checks a config (and all its variants) without running it.
+def validate(config: ConfigSource, overrides: Sequence[str] = (), *,
+             variant: str | None = None) -> list[str]:
+  """Checks a config (and all its variants, or only `variant`) without running it.
 
   Returns the names of the runs it would make. Raises UserError on bad input.
   """
   _, raw = load_config(config, overrides)
-  return [variant or _config_name(raw) for variant, _ in expand_variants(raw)]
+  return [name or _config_name(raw) for name, _ in expand_variants(raw, only=variant)]
 
 
 def _config_name(raw) -> str:
@@ -34,7 +35,8 @@ def _config_name(raw) -> str:
 def run(config: ConfigSource, overrides: Sequence[str] = (), logdir: str | os.PathLike = "runs",
         progress: bool | None = None, on_run_dir: Callable[[pathlib.Path], None] | None = None,
         *, resume: bool | str | os.PathLike | None = None, fresh: bool = False,
-        on_round: Callable[[int, dict[str, float]], None] | None = None):
+        on_round: Callable[[int, dict[str, float]], None] | None = None,
+        variant: str | None = None):
   """Runs an experiment, resuming interrupted runs from their checkpoints.
 
   Args:
@@ -49,10 +51,13 @@ def run(config: ConfigSource, overrides: Sequence[str] = (), logdir: str | os.Pa
       config with variants, the variant whose runs it belongs to).
     fresh: start new run directories, whatever exists (nothing is deleted).
     on_round: called as `on_round(round, metrics)` after each round.
+    variant: run only this variant of the config (UserError listing the
+      variants if it has none of that name).
 
   Returns:
     a `RunResult` (run_dir, metrics per round, size_info, final weights) for
-    a config without variants; otherwise a dict variant name -> RunResult.
+    a config without variants; otherwise a dict variant name -> RunResult
+    (one entry with `variant`).
 
   Raises:
     UserError: bad input, or a run to resume whose config differs in other
@@ -60,7 +65,7 @@ def run(config: ConfigSource, overrides: Sequence[str] = (), logdir: str | os.Pa
   """
   from fedsim.experiment import resume as resuming
   _, raw = load_config(config, overrides)
-  runs = expand_variants(raw)  # validates every variant before TF is imported
+  runs = expand_variants(raw, only=variant)  # validates them all before TF is imported
   plans = []
   for variant, cfg in runs:
     resolved = plain(cfg)

@@ -30,6 +30,8 @@ def _parser() -> argparse.ArgumentParser:
                    metavar="KEY=VALUE",
                    help="override a config key with a typed YAML value, e.g."
                         " --set rounds=3 --set data.alpha=0.1 (repeatable)")
+    p.add_argument("--variant", metavar="NAME",
+                   help="only this variant of the config (see its `variants:`)")
     add_plugin_arg(p)
 
   def add_plugin_arg(p):
@@ -87,8 +89,11 @@ def _parser() -> argparse.ArgumentParser:
       description="Print the number of clients, quantiles of examples and of distinct"
                   " labels per client, and write a label-distribution PNG.")
   add_config_args(describe)
-  describe.add_argument("--png", default="label_distribution.png",
-                        help="where to write the plot (default: label_distribution.png)")
+  describe.add_argument("--png", default=None,
+                        help="where to write the plot (default: the experiment's log"
+                             " directory, <logdir>/<name>/label_distribution.png)")
+  describe.add_argument("--logdir", default="runs",
+                        help="root directory of runs (default: runs)")
   return parser
 
 
@@ -125,7 +130,7 @@ def _run(args) -> int:
   signals.install_exit_handlers()
   results = api.run(args.config, args.overrides, logdir=args.logdir,
                     progress=False if args.no_progress else None,
-                    resume=args.resume, fresh=args.fresh)
+                    resume=args.resume, fresh=args.fresh, variant=args.variant)
   items = results.items() if isinstance(results, dict) else [(None, results)]
   experiment_dir = None
   for variant, result in items:
@@ -137,7 +142,7 @@ def _run(args) -> int:
 
 def _validate(args) -> int:
   from fedsim import api
-  names = api.validate(args.config, args.overrides)
+  names = api.validate(args.config, args.overrides, variant=args.variant)
   print(f"{args.config}: ok ({len(names)} run{'s' if len(names) != 1 else ''}:"
         f" {', '.join(names)})")
   return 0
@@ -158,7 +163,8 @@ def _compare(args) -> int:
 
 def _data(args) -> int:
   from fedsim.data.describe import describe
-  print(describe(args.config, args.overrides, args.png))
+  print(describe(args.config, args.overrides, args.png, variant=args.variant,
+                 logdir=args.logdir))
   return 0
 
 

@@ -20,6 +20,7 @@ from fedsim.config.schema import ExperimentConfig
 from fedsim.config.typed import parse_layered, to_plain
 from fedsim.errors import UserError
 from fedsim.plugins import load_plugins, plugin_dir
+from fedsim.registry import closest
 
 
 def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
@@ -110,10 +111,24 @@ def load_config(source: str | os.PathLike | Mapping[str, Any],
     raise UserError(line) from None
 
 
-def expand_variants(raw: Mapping[str, Any]) -> list[tuple[str | None, ExperimentConfig]]:
-  """[(variant name, config)] to run: the variants in order, or (None, base)."""
+def expand_variants(raw: Mapping[str, Any],
+                    only: str | None = None) -> list[tuple[str | None, ExperimentConfig]]:
+  """[(variant name, config)] to run: the variants in order, or (None, base).
+
+  `only` names the one variant to return.
+
+  Raises:
+    UserError: when `only` is not a variant of the config (listing them).
+  """
   base = dict(raw)
   variants = base.pop("variants", None) or {}
+  if only is not None:
+    if only not in variants:
+      names = ", ".join(map(str, variants))
+      raise UserError(f"--variant {only}: " + (
+          f"no such variant{closest(only, variants)}; the config's variants: {names}"
+          if variants else "the config has no variants"))
+    variants = {only: variants[only]}
   if not variants:
     return [(None, parse_config(base))]
   return [(name, _variant(base, override or {})) for name, override in variants.items()]

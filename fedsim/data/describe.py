@@ -7,6 +7,7 @@ building a model or starting TFF.
 from __future__ import annotations
 
 import os
+import pathlib
 from typing import Sequence
 
 import numpy as np
@@ -15,34 +16,61 @@ from fedsim.data import DATASETS
 from fedsim.data.federated import FederatedData
 
 MAX_PLOTTED_CLIENTS = 50  # more bars than this are unreadable; the first ones are shown
+LEGEND_MAX_CLASSES = 20  # more classes get a colour bar instead of a legend
 
 
 def describe(config_path: str | os.PathLike, overrides: Sequence[str] = (),
-             out_png: str | os.PathLike | None = None) -> str:
+             out_png: str | os.PathLike | None = None, *, variant: str | None = None,
+             logdir: str | os.PathLike | None = None) -> str:
   """The text summary of the config's dataset; writes a label-distribution PNG.
 
   Args:
     config_path: experiment YAML (or a config mapping).
     overrides: `dotted.key=value` strings, as `--set`.
     out_png: where to write the plot (one stacked bar of label shares per
-      client), or None for no plot.
+      client, colours keyed by class), or None.
+    variant: describe this variant of the config (default: the base config).
+    logdir: with `out_png` None, write the plot to `default_png(logdir, ...)`
+      in the experiment's log directory instead; both None: no plot.
 
   Returns:
     Lines of text: dataset name and parameters, clients, examples, input
     shape, classes, and min/p10/median/p90/max of examples and of distinct
-    labels per client.
+    labels per client; then where the plot went, and which variants change
+    the data when the base config was described.
 
   Raises:
-    UserError: bad config or data files (as a run would raise).
+    UserError: bad config or data files (as a run would raise), or an
+      unknown `variant`.
   """
-  from fedsim.config.loader import load_config
-  config, _ = load_config(config_path, overrides)
+  from fedsim.config.loader import expand_variants, load_config
+  _, raw = load_config(config_path, overrides)
+  ((_, config),) = expand_variants(raw if variant else {**raw, "variants": {}}, only=variant)
   data = DATASETS.get(config.data.name).build(config.data.params, config.seed)
   text = summary(config.data.name, data, seed=config.seed)
+  if out_png is None and logdir is not None:
+    out_png = default_png(logdir, config.name, variant)
   if out_png is not None:
-    plot_labels(data, out_png, title=f"{config.data.name} (seed {config.seed})")
+    pathlib.Path(out_png).parent.mkdir(parents=True, exist_ok=True)
+    title = f"{config.data.name} (seed {config.seed})"
+    plot_labels(data, out_png, title=f"{variant}: {title}" if variant else title)
     text += f"\nlabel plot: {out_png}"
+  changing = [name for name, override in (raw.get("variants") or {}).items()
+              if {"data", "seed"} & set(override or {})]
+  if variant is None and changing:
+    text += (f"\nvariants with other data: {', '.join(changing)}"
+             " (describe one with --variant NAME)")
   return text
+
+
+def default_png(logdir: str | os.PathLike, name: str, variant: str | None) -> pathlib.Path:
+  """Where `fedsim data describe` puts the plot: the experiment's log directory.
+
+  `<logdir>/<name>/label_distribution.png`, or `label_distribution-<variant>.png`
+  for a variant (a `<variant>/` directory would look like one of its runs).
+  """
+  suffix = f"-{variant}" if variant else ""
+  return pathlib.Path(logdir) / name / f"label_distribution{suffix}.png"
 
 
 def summary(name: str, data: FederatedData, *, seed: int) -> str:
@@ -70,6 +98,17 @@ def label_counts(data: FederatedData, clients: Sequence[str]) -> np.ndarray:
 
 def plot_labels(data: FederatedData, out_png: str | os.PathLike, *, title: str) -> None:
   """Writes a PNG: per client, a bar of height #examples split by label share."""
+  from matplotlib import pyplot as plt
+  fig = label_figure(data, title=title)
+  fig.savefig(out_png, dpi=100)
+  plt.close(fig)
+
+
+def label_figure(data: FederatedData, *, title: str):
+  """The matplotlib Figure of `plot_labels`: stacked label shares per client.
+
+  Classes are keyed by a legend (up to LEGEND_MAX_CLASSES) or a colour bar.
+  """
   import matplotlib
   matplotlib.use("Agg")  # files only; never a display
   from matplotlib import pyplot as plt
@@ -81,14 +120,19 @@ def plot_labels(data: FederatedData, out_png: str | os.PathLike, *, title: str) 
   colors = plt.get_cmap("tab20" if data.num_classes <= 20 else "viridis")
   fig, ax = plt.subplots(figsize=(max(6.0, 0.18 * len(clients) + 2), 3.5))
   bottom = np.zeros(len(clients))
+  norm = matplotlib.colors.Normalize(0, max(data.num_classes - 1, 1))
   for label in range(data.num_classes):
     ax.bar(np.arange(len(clients)), shares[:, label], bottom=bottom, width=0.9,
-           color=colors(label / max(data.num_classes - 1, 1)))
+           color=colors(norm(label)), label=str(label))
     bottom += shares[:, label]
   shown = "" if len(clients) == len(data.client_ids) else f", first {len(clients)}"
   ax.set(xlabel=f"client ({len(data.client_ids)} clients{shown})", ylabel="examples",
          title=f"{title}: labels per client")
   ax.set_xticks([])
+  if data.num_classes <= LEGEND_MAX_CLASSES:
+    ax.legend(title="class", loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small",
+              ncol=1 if data.num_classes <= 10 else 2)
+  else:  # a legend of 62 or 100 swatches would dwarf the plot
+    fig.colorbar(matplotlib.cm.ScalarMappable(norm, colors), ax=ax, label="class")
   fig.tight_layout()
-  fig.savefig(out_png, dpi=100)
-  plt.close(fig)
+  return fig

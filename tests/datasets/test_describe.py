@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+import numpy as np
+import pytest
 import yaml
 
-from fedsim.data.describe import describe
+from fedsim.data import Examples, FederatedData
+from fedsim.data.describe import describe, label_figure
+from fedsim.errors import UserError
 
 
 def test_describe_prints_quantiles_and_writes_png(tmp_path):
@@ -31,3 +35,51 @@ def test_describe_counts_tokens_of_sequence_data(cache_dir, tmp_path):
   text = describe(config, [], tmp_path / "s.png")
   assert "clients: 3" in text and "input shape: [20], dtype int32; classes: 90" in text
   assert (tmp_path / "s.png").stat().st_size > 0
+
+
+VARIANTS = {
+    "name": "dd", "rounds": 1, "clients_per_round": 2, "model": "mlp",
+    "data": {"name": "digits", "num_clients": 12, "partition": "dirichlet", "alpha": 0.3},
+    "variants": {"skewed": {}, "flat": {"data": {"partition": "iid"}}},
+}
+
+
+def test_describe_a_variant_into_the_experiment_log_dir(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  text = describe(VARIANTS, variant="flat", logdir=tmp_path / "runs")
+  # iid: np.array_split of 1,437 training images into 12 gives 9 x 120 and 3 x 119.
+  assert "examples per client: min 119, p10 119, median 120, p90 120, max 120" in text
+  png = tmp_path / "runs" / "dd" / "label_distribution-flat.png"
+  assert text.endswith(f"label plot: {png}")
+  assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]  # nothing in the cwd
+  base = describe(VARIANTS, logdir=tmp_path / "runs")
+  assert "examples per client: min 119" not in base  # Dirichlet sizes differ
+  assert (tmp_path / "runs" / "dd" / "label_distribution.png").is_file()
+  assert base.endswith("variants with other data: flat (describe one with --variant NAME)")
+
+
+def test_describe_unknown_variant():
+  with pytest.raises(UserError) as e:
+    describe(VARIANTS, variant="flt")
+  assert str(e.value) == ("--variant flt: no such variant (did you mean 'flat'?);"
+                          " the config's variants: skewed, flat")
+
+
+@pytest.mark.parametrize("classes,legend", [(10, True), (30, False)])
+def test_label_plot_keys_the_classes(classes, legend):
+  from matplotlib import pyplot as plt
+  rng = np.random.default_rng(0)
+  clients = {f"c{i}": Examples(np.zeros((20, 2), np.float32), rng.integers(0, classes, 20))
+             for i in range(3)}
+  data = FederatedData(clients, clients["c0"], (2,), classes)
+  fig = label_figure(data, title="t")
+  try:
+    box = fig.axes[0].get_legend()
+    if legend:
+      assert box.get_title().get_text() == "class"
+      assert [t.get_text() for t in box.get_texts()] == [str(k) for k in range(classes)]
+    else:
+      assert box is None and fig.axes[1].get_ylabel() == "class"  # a colour bar instead
+  finally:
+    plt.close(fig)

@@ -142,3 +142,29 @@ def test_list_unknown_registry(capsys):
   err = capsys.readouterr().err
   assert err.startswith("fedsim: error: list: no registry 'encodr' (did you mean 'encoder'?);")
   assert len(err.splitlines()) == 1
+
+
+def test_variant_selects_one_run(tmp_path, capsys):
+  from fedsim import cli
+  path = tmp_path / "v.yaml"
+  path.write_text(TINY + "variants: {a: {}, b: {rounds: 1}}\n")
+  assert cli.main(["validate", str(path), "--variant", "b"]) == 0
+  assert capsys.readouterr().out.strip() == f"{path}: ok (1 run: b)"
+  for command in (["validate"], ["run", "--logdir", str(tmp_path / "runs")]):
+    assert cli.main([*command[:1], str(path), *command[1:], "--variant", "c"]) == 2
+    assert capsys.readouterr().err == (
+        "fedsim: error: --variant c: no such variant; the config's variants: a, b\n")
+  assert not (tmp_path / "runs").exists()
+  assert cli.main(["validate", str(tmp_path / "v.yaml"), "--variant", "a",
+                   "--set", "variants={}"]) == 2
+  assert "--variant a: the config has no variants" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_run_one_variant(tmp_path):
+  path = tmp_path / "v.yaml"
+  path.write_text(TINY + "variants: {a: {}, b: {rounds: 1}}\n")
+  result = fedsim("run", str(path), "--logdir", str(tmp_path / "runs"), "--variant", "b")
+  assert result.returncode == 0, result.stderr
+  assert [p.name for p in (tmp_path / "runs" / "tiny").iterdir()] == ["b"]
+  assert "[b] rounds: 1, final eval/accuracy" in result.stdout
