@@ -83,3 +83,22 @@ def test_epsilon_is_the_rdp_composition_of_sampled_gaussian_rounds():
   assert ledger.epsilon(0) == 0.0
   assert PrivacyLedger(0.0, 500, 20, 1e-5).epsilon(3) == float("inf")
   assert ledger.epsilon(40) > ledger.epsilon(7) > ledger.epsilon(1) > 0
+
+
+@pytest.mark.parametrize("weighting,chain", [
+    ("num_examples", [{"name": "zeroing", "max_norm": 50.0},
+                      {"name": "clip", "norm": 0.3, "adaptive": True},
+                      {"name": "encode", "encoder": "uniform", "bits": 8, "min_elements": 1,
+                       "rounding": "deterministic"}]),
+    ("num_examples", ["robust"]),
+    ("uniform", [{"name": "clip", "norm": 0.3}, {"name": "mean"},
+                 {"name": "zeroing", "max_norm": 0.05}]),
+])
+def test_inprocess_runs_every_chain_as_the_tff_runtime_does(tff_runtime, weighting, chain):
+  from fedsim.runtime import inprocess
+  alg = builders.algorithm("fedavg", dict(PARAMS, client_weighting=weighting),
+                           builders.task_model(), clients_per_round=3, aggregation=chain)
+  local = _final_weights(alg.process)
+  here = _final_weights(inprocess.InProcessProcess(alg.process, "cpu"))
+  for want, got in zip(local, here):
+    np.testing.assert_allclose(got, want, atol=1e-5)
