@@ -66,6 +66,12 @@ def _with_common_params(params: type) -> type:
       type(params.__name__, (params, CommonModelParams), namespace))
 
 
+def first_line(error: BaseException) -> str:
+  """The first line of `error`'s message ('' if it has none), for one-line UserErrors."""
+  text = str(error).strip()
+  return text.splitlines()[0] if text else ""
+
+
 class ModelRegistry(Registry):
   """A registry whose entries all take `CommonModelParams` besides their own."""
 

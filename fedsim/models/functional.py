@@ -19,7 +19,7 @@ import tensorflow_federated as tff
 
 from fedsim.config.typed import Component
 from fedsim.errors import UserError
-from fedsim.models import MODELS
+from fedsim.models import MODELS, first_line
 from fedsim.models.keras_checks import conform
 from fedsim.models.weights_file import load_weights, npz_keys
 
@@ -79,7 +79,7 @@ def build_task_model(spec: Component, input_shape, num_classes: int, seed: int,
         input_spec=(x_spec, tf.TensorSpec([None, *label_shape], tf.int32)))
   except Exception as e:  # pylint: disable=broad-except
     raise UserError(f"{culprit}: TFF cannot make a functional model of it"
-                    f" ({type(e).__name__}: {_first_line(e)})") from None
+                    f" ({type(e).__name__}: {first_line(e)})") from None
 
   def tff_order(trainable):
     return (tuple(trainable[i] for i in order), ())
@@ -114,11 +114,6 @@ def _culprit(spec: Component) -> str:
   return culprit() if callable(culprit) else f"model.name: '{spec.name}'"
 
 
-def _first_line(error: BaseException) -> str:
-  text = str(error).strip()
-  return text.splitlines()[0] if text else ""
-
-
 def _creation_order(keras_model: tf.keras.Model, culprit: str) -> list[int]:
   """`order[i]`: index in `keras_model.trainable_weights` of TFF's i-th weight.
 
@@ -141,7 +136,7 @@ def _creation_order(keras_model: tf.keras.Model, culprit: str) -> list[int]:
       clone = tf.keras.models.clone_model(keras_model)
     except Exception as e:  # pylint: disable=broad-except
       raise UserError(f"{culprit}: the model cannot be cloned ({type(e).__name__}:"
-                      f" {_first_line(e)}); build it with tf.keras.Sequential or"
+                      f" {first_line(e)}); build it with tf.keras.Sequential or"
                       " tf.keras.Model(inputs, outputs), from layers whose get_config"
                       " holds every constructor argument") from None
   position = {v.ref(): i for i, v in enumerate(clone.trainable_weights)}

@@ -22,7 +22,7 @@ import dataclasses
 from typing import Any
 
 from fedsim.errors import UserError
-from fedsim.models import MODELS
+from fedsim.models import MODELS, first_line
 from fedsim.registry import resolve
 
 
@@ -46,11 +46,6 @@ class KerasParams:
     return f"model.builder: {self.builder}"
 
 
-def _first_line(error: BaseException) -> str:
-  text = str(error).strip()
-  return text.splitlines()[0] if text else ""
-
-
 @MODELS.register("keras", params=KerasParams)
 def build_keras(params: KerasParams, input_shape, num_classes):
   """Your own Keras model: `builder(input_shape=..., num_classes=..., **args)`."""
@@ -64,12 +59,12 @@ def build_keras(params: KerasParams, input_shape, num_classes):
     # The user's module failed while being imported (a syntax error, a bad
     # top-level statement): that is their input, not a fedsim bug.
     raise UserError(f"model.builder: importing '{module}' raised {type(e).__name__}:"
-                    f" {_first_line(e)}") from None
+                    f" {first_line(e)}") from None
   try:
     model = fn(input_shape=tuple(input_shape), num_classes=num_classes, **params.args)
   except Exception as e:  # pylint: disable=broad-except
     raise UserError(f"model.builder: {params.builder} raised {type(e).__name__}:"
-                    f" {_first_line(e)}") from None
+                    f" {first_line(e)}") from None
   if not isinstance(model, tf.keras.Model):
     raise UserError(f"model.builder: {params.builder} returned {type(model).__name__},"
                     " not a tf.keras.Model")

@@ -23,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from fedsim.errors import UserError
+from fedsim.models import first_line
 
 _PROBE_BATCH = 2
 _SOFTMAX_NAMES = ("softmax", "softmax_v2")
@@ -51,7 +52,7 @@ def conform(model: tf.keras.Model, input_shape, x_dtype, output_shape,
     outputs = model(probe, training=False)
   except Exception as e:  # pylint: disable=broad-except
     raise UserError(f"{culprit}: calling the model on a batch of shape {list(probe.shape)}"
-                    f" raised {type(e).__name__}: {_first_line(e)}") from None
+                    f" raised {type(e).__name__}: {first_line(e)}") from None
   if not getattr(model, "_is_graph_network", False):  # Keras 2's mark of a layer graph
     raise UserError(f"{culprit}: a subclassed Keras model cannot be cloned, which TFF's"
                     " functional models need; build it with tf.keras.Sequential or"
@@ -77,11 +78,6 @@ def _probe_batch(input_shape, x_dtype) -> np.ndarray:
 
 def _shape(shape) -> str:
   return "[batch, " + ", ".join(str(d) for d in tuple(shape)[1:]) + "]"
-
-
-def _first_line(error: BaseException) -> str:
-  text = str(error).strip()
-  return text.splitlines()[0] if text else ""
 
 
 def _layers(model: tf.keras.Model) -> Iterator[tf.keras.layers.Layer]:
