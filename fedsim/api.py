@@ -18,14 +18,38 @@ from fedsim.errors import UserError
 ConfigSource = str | os.PathLike | Mapping[str, Any]
 
 
+class Validated(list):
+  """The names of the runs a config makes (a list), and what could not be checked.
+
+  Attributes:
+    not_checked: one line per thing validation cannot check without
+      TensorFlow or a run, e.g. 'not checked: the contents of <file> ...'.
+  """
+
+  def __init__(self, names: Sequence[str], not_checked: Sequence[str] = ()):
+    super().__init__(names)
+    self.not_checked = list(not_checked)
+
+
 def validate(config: ConfigSource, overrides: Sequence[str] = (), *,
-             variant: str | None = None) -> list[str]:
+             variant: str | None = None) -> Validated:
   """Checks a config (and all its variants, or only `variant`) without running it.
 
-  Returns the names of the runs it would make. Raises UserError on bad input.
+  Besides the config's keys, checks this machine without importing
+  TensorFlow: dataset files exist, `builder:` modules import, a GPU is there
+  for `runtime.device: gpu` (see fedsim/config/environment.py).
+
+  Returns:
+    The names of the runs it would make, with `.not_checked` notes.
+
+  Raises:
+    UserError: on bad input, naming the key.
   """
+  from fedsim.config.environment import check_environment
   _, raw = load_config(config, overrides)
-  return [name or _config_name(raw) for name, _ in expand_variants(raw, only=variant)]
+  runs = expand_variants(raw, only=variant)
+  notes = check_environment(runs)
+  return Validated([name or _config_name(raw) for name, _ in runs], notes)
 
 
 def _config_name(raw) -> str:

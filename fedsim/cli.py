@@ -145,6 +145,8 @@ def _validate(args) -> int:
   names = api.validate(args.config, args.overrides, variant=args.variant)
   print(f"{args.config}: ok ({len(names)} run{'s' if len(names) != 1 else ''}:"
         f" {', '.join(names)})")
+  for note in names.not_checked:
+    print(note)
   return 0
 
 
