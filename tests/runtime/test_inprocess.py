@@ -97,9 +97,14 @@ def test_select_device(requested, gpus, device):
   assert inprocess.select_device(requested, gpus) == device
 
 
-def test_select_device_asks_tensorflow():
-  # These machines have no GPU: 'auto' must fall back to the CPU.
-  assert inprocess.select_device("auto") == "/CPU:0"
+@pytest.mark.parametrize("visible,device", [([], "/CPU:0"), (["gpu0"], "/GPU:0")])
+def test_select_device_asks_tensorflow(monkeypatch, visible, device):
+  # Whatever this machine has: 'auto' follows what TensorFlow reports.
+  asked = []
+  monkeypatch.setattr(inprocess.tf.config, "list_physical_devices",
+                      lambda kind: asked.append(kind) or visible)
+  assert inprocess.select_device("auto") == device
+  assert asked == ["GPU"]
 
 
 @pytest.mark.parametrize("requested,message", [
