@@ -79,7 +79,7 @@ def load_plugin(spec: str, base_dir: str | os.PathLike, *, where: str) -> types.
   try:
     return importlib.import_module(spec)
   except Exception as e:  # the plugin's own error, reported in one line
-    raise UserError(f"{where}: {_one_line(e)}") from None
+    raise UserError(f"{where}: {one_line(e)}") from None
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -104,11 +104,12 @@ def _import_file(path: pathlib.Path, where: str) -> types.ModuleType:
     spec.loader.exec_module(module)
   except Exception as e:
     del sys.modules[name]
-    raise UserError(f"{where}: {_one_line(e)}") from None
+    raise UserError(f"{where}: {one_line(e)}") from None
   return module
 
 
-def _one_line(error: BaseException) -> str:
+def one_line(error: BaseException) -> str:
+  """'<ExceptionType>: <message on one line>', for errors raised by user code."""
   text = " ".join(str(error).split()) or "(no message)"
   return f"{type(error).__name__}: {text}"
 

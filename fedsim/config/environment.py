@@ -19,6 +19,7 @@ from fedsim.config.schema import ExperimentConfig
 from fedsim.config.typed import Component
 from fedsim.data import tff_files
 from fedsim.errors import UserError
+from fedsim.plugins import one_line
 from fedsim.registry import resolve
 
 # Where the NVIDIA driver lists GPUs on Linux (one directory per device).
@@ -100,8 +101,7 @@ def _import_builder(builder: str, key: str) -> None:
   except UserError:
     raise
   except Exception as e:  # the user's module failed while importing: one line, no traceback
-    raise UserError(f"{key}.builder: importing '{module}' raised {type(e).__name__}:"
-                    f" {' '.join(str(e).split())}") from None
+    raise UserError(f"{key}.builder: importing '{module}' raised {one_line(e)}") from None
 
 
 def _gpu() -> Iterator[str]:
