@@ -31,6 +31,7 @@ class EncodeParams:
 
   encoder: str = "identity"   # a registered encoder (see `fedsim list encoder`)
   min_elements: int = 10000   # smaller (or non-float) tensors are sent unchanged
+  threshold: int | None = None  # instead: only tensors with MORE elements (TFF's rule)
 
 
 @register_aggregation_stage("encode", EncodeParams, role=SUM, parser=_parse_encode)

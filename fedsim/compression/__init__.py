@@ -7,9 +7,11 @@ Config:
     aggregation: {encoder: hadamard, bits: 4}                       # clients -> server
 
 A missing direction sends float tensors unchanged. Within a direction, a
-tensor with fewer than `min_elements` elements, or one that is not floating
-point, is sent unchanged too: small tensors (biases) gain little and are the
-most sensitive to error.
+tensor with fewer than `min_elements` elements (or, with `threshold: N`
+instead, with N elements or fewer: TFF's compression tutorial encodes tensors
+with *more* than 10,000), or one that is not floating point, is sent
+unchanged too: small tensors (biases) gain little and are the most sensitive
+to error.
 
 This module only registers encoders and parses config; TensorFlow is imported
 by the builders, when a process is built.
@@ -108,22 +110,43 @@ def register_encoder(name: str, params: type = NoParams, replace: bool = False) 
   return ENCODERS.register(name, params=params, replace=replace)
 
 
+DEFAULT_MIN_ELEMENTS = 10000
+
+
 @dataclasses.dataclass(frozen=True)
 class _Threshold:
-  min_elements: int = bounded(10000, min=0)
+  min_elements: int | None = bounded(None, min=0)   # encode tensors with at least this many
+  threshold: int | None = bounded(None, min=0)      # encode tensors with more than this many
+
+  def check(self, key: str) -> None:
+    if self.min_elements is not None and self.threshold is not None:
+      raise UserError(f"{key}.threshold: give min_elements (at least) or threshold (more"
+                      f" than), not both")
 
 
 @dataclasses.dataclass(frozen=True)
 class DirectionSpec:
-  """How one direction is compressed: the encoder and which tensors it applies to."""
+  """How one direction is compressed: the encoder and which tensors it applies to.
+
+  A float tensor is encoded when it has at least `min_elements` elements or,
+  if `threshold` is set (then `min_elements` is None), more than `threshold`.
+  """
 
   encoder: Component
-  min_elements: int = 10000
+  min_elements: int | None = DEFAULT_MIN_ELEMENTS
+  threshold: int | None = None
+
+  def encodes(self, num_elements: int) -> bool:
+    """True if a float tensor of `num_elements` elements gets the encoder."""
+    if self.threshold is not None:
+      return num_elements > self.threshold
+    return num_elements >= self.min_elements
 
   def to_dict(self) -> dict[str, Any]:
     """The config mapping this spec was parsed from (defaults filled in)."""
-    return {"encoder": self.encoder.name, "min_elements": self.min_elements,
-            **dataclasses.asdict(self.encoder.params)}
+    rule = ({"threshold": self.threshold} if self.threshold is not None
+            else {"min_elements": self.min_elements})
+    return {"encoder": self.encoder.name, **rule, **dataclasses.asdict(self.encoder.params)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,7 +168,7 @@ def _require_mapping(data: Any, key: str) -> Mapping[str, Any]:
 
 
 def parse_direction(data: Any, key: str) -> DirectionSpec:
-  """Parses `{encoder: NAME, min_elements: N, **encoder params}` (or just `NAME`).
+  """Parses `{encoder: NAME, min_elements: N | threshold: N, **encoder params}` (or `NAME`).
 
   Returns:
     The DirectionSpec.
@@ -163,14 +186,18 @@ def parse_direction(data: Any, key: str) -> DirectionSpec:
                     f" (one of: {', '.join(ENCODERS.names())})")
   entry = ENCODERS.get(data["encoder"], f"{key}.encoder")
   own = {f.name for f in dataclasses.fields(entry.params)}
-  valid = own | {"encoder", "min_elements"}
+  valid = own | {"encoder", "min_elements", "threshold"}
   for name in data:
     if name not in valid:
       raise UserError(f"{key}.{name}: unknown key for encoder '{entry.name}'"
                       f"{closest(name, valid)}; valid keys here: {', '.join(sorted(valid))}")
-  threshold = parse(_Threshold, {k: v for k, v in data.items() if k == "min_elements"}, key)
+  rule = parse(_Threshold, {k: v for k, v in data.items()
+                            if k in ("min_elements", "threshold")}, key)
   params = parse(entry.params, {k: v for k, v in data.items() if k in own}, key)
-  return DirectionSpec(Component(entry.name, params), threshold.min_elements)
+  if rule.threshold is not None:
+    return DirectionSpec(Component(entry.name, params), None, rule.threshold)
+  return DirectionSpec(Component(entry.name, params),
+                       DEFAULT_MIN_ELEMENTS if rule.min_elements is None else rule.min_elements)
 
 
 def parse_compression(data: Any, key: str = "compression") -> CompressionSpec:

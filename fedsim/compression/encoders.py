@@ -1,7 +1,8 @@
 """Which encoder each tensor of a value gets.
 
 A direction's encoder applies to floating-point tensors with at least
-`min_elements` elements; every other tensor gets the identity encoder, since
+`min_elements` elements (or more than `threshold`); every other tensor gets
+the identity encoder, since
 quantizing a small tensor saves few bits and its error weighs more per
 parameter, and the quantizers only handle floats.
 """
@@ -18,8 +19,12 @@ from fedsim.compression import ENCODERS, DirectionSpec
 from fedsim.compression import tensor_encoding_api as te_api
 
 
-def is_encoded(spec: tf.TensorSpec, min_elements: int) -> bool:
+def is_encoded(spec: tf.TensorSpec, min_elements: int | None,
+               threshold: int | None = None) -> bool:
   """True if a tensor of `spec` gets the direction's encoder, False for identity.
+
+  The tensor must be floating point with at least `min_elements` elements,
+  or, when `threshold` is given, more than `threshold` elements.
 
   Raises:
     ValueError: if the shape of `spec` is not fully known (its size, and so
@@ -27,7 +32,8 @@ def is_encoded(spec: tf.TensorSpec, min_elements: int) -> bool:
   """
   if not spec.shape.is_fully_defined():
     raise ValueError(f"cannot choose an encoder for a tensor of unknown shape {spec.shape}")
-  return spec.dtype.is_floating and int(np.prod(spec.shape.as_list())) >= min_elements
+  rule = DirectionSpec(None, min_elements, threshold)
+  return spec.dtype.is_floating and rule.encodes(int(np.prod(spec.shape.as_list())))
 
 
 def encoder_for(spec: tf.TensorSpec, direction: DirectionSpec | None) -> te_api.Encoder:
@@ -40,7 +46,7 @@ def encoder_for(spec: tf.TensorSpec, direction: DirectionSpec | None) -> te_api.
     TypeError: if a registered encoder builder returns neither an Encoder nor
       an encoding stage.
   """
-  if direction is None or not is_encoded(spec, direction.min_elements):
+  if direction is None or not is_encoded(spec, direction.min_elements, direction.threshold):
     return te_api.identity_encoder()
   entry = ENCODERS.get(direction.encoder.name)
   return te_api.as_encoder(entry.build(direction.encoder.params))
