@@ -17,6 +17,7 @@ from typing import Literal, Mapping, Sequence
 import numpy as np
 
 from fedsim.config.typed import bounded
+from fedsim.experiment.profiles import ProfilesConfig
 from fedsim.registry import Registry
 
 SYSTEM_STREAM = 7  # seed stream id (see fedsim/data/federated.py for the others)
@@ -30,6 +31,7 @@ class SystemConfig:
   seconds_per_example: float = bounded(0.01, gt=0)
   dropout_probability: float = bounded(0.0, min=0, max=0.99)
   min_clients: int = bounded(1, min=1)    # fewer reports than this -> the round is skipped
+  profiles: ProfilesConfig | None = None  # client devices and links (see profiles.py)
 
   def check(self, key: str) -> None:
     SPEEDS.get(self.speed, f"{key}.speed" if key else "system.speed")
