@@ -242,7 +242,8 @@ def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_n
   packed = client_batches(sim, round_num, sampled)
   outcome = simulate_round(
       config.system, sampled, {c: float(packed[c]["mask"].sum()) for c in sampled},
-      config.clients_per_round, config.seed, round_num)
+      config.clients_per_round, config.seed, round_num,
+      wire_bits=(sim.wire.broadcast, sim.wire.aggregate), population=sim.data.client_ids)
   simulated_total += outcome.round_seconds
   metrics: dict[str, float] = {"round": round_num}
   seconds = 0.0
@@ -269,7 +270,8 @@ def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_n
                       f" {metrics['train/loss']}); try a smaller learning rate")
   metrics.update(_outcome_metrics(outcome, simulated_total))
   metrics["round_seconds"] = seconds
-  metrics.update(sizes.round_metrics(len(outcome.sampled), len(outcome.aggregated)))
+  metrics.update(sizes.round_metrics(len(outcome.sampled), len(outcome.aggregated),
+                                     late_uploads=len(outcome.uploaded) - len(outcome.aggregated)))
   if sim.privacy is not None:
     # Rounds that aggregated released a noised mean; skipped ones released nothing.
     metrics.update(sim.privacy.round_metrics(sum(1 for b in sizes.aggregate_history if b)))

@@ -163,8 +163,9 @@ def make_evaluator(model: TaskModel, data: FederatedData, batch_size: int, runti
     stats = inprocess.tensorflow_function(stats, runtime.device)
 
   def evaluate(model_weights) -> dict[str, float]:
-    loss_sum, correct, count = stats(model_weights, batches)
-    n = max(float(count), 1.0)
+    # Means over targets: examples, or real tokens of sequences (token-weighted).
+    loss_sum, correct, _, targets = stats(model_weights, batches)
+    n = max(float(targets), 1.0)
     return {"eval/loss": float(loss_sum) / n, "eval/accuracy": float(correct) / n}
 
   return evaluate

@@ -1,12 +1,27 @@
-"""Simulated devices: who finishes a round, and when.
+"""Simulated devices and links: who finishes a round, and when.
 
-Each sampled client gets a completion time proportional to the examples it
-processes, scaled by a seeded per-(round, client) speed factor; a client may
-also fail to report at all (`dropout_probability`). With `backup_clients` B
-over `clients_per_round` K, the first K reporting clients to finish are
-aggregated and the rest are late: their updates are dropped (they received
-the broadcast, but send nothing that counts). The round takes as long as the
-K-th finisher (or the last reporting client when fewer report).
+A sampled client's round takes download + compute + upload seconds:
+
+  download = broadcast bits / down_bps + latency_s
+  compute  = examples x seconds_per_example x slowdown / compute_speed
+  upload   = aggregate bits / up_bps + latency_s
+
+The bits are those the run's algorithm actually sends per client (so
+compression shortens rounds on slow links); the slowdown is a seeded
+per-(round, client) factor (`speed`); compute speed, bandwidths, latency
+and availability come from the client's persistent profile
+(`system.profiles`, see `profiles.py`). Without profiles the links are
+infinitely fast and every client is available: only compute counts, as
+before profiles existed. A client may also fail to report at all
+(`dropout_probability`, or offline by its availability).
+
+With `backup_clients` B over `clients_per_round` K, the first K reporting
+clients to finish (by `deadline_seconds`, if set) are aggregated and the rest
+are late: their updates are dropped. The round takes as long as the K-th
+finisher; with a deadline and fewer than K finishers it lasts the deadline
+(the server cannot know who will never report), without one it ends with the
+last reporting client. `late_uploads` says whether late clients' uploads
+cross the wire anyway (`sent`) or are aborted (no bits).
 """
 
 from __future__ import annotations
@@ -17,7 +32,7 @@ from typing import Literal, Mapping, Sequence
 import numpy as np
 
 from fedsim.config.typed import bounded
-from fedsim.experiment.profiles import ProfilesConfig
+from fedsim.experiment.profiles import ProfilesConfig, profile_source, round_links
 from fedsim.registry import Registry
 
 SYSTEM_STREAM = 7  # seed stream id (see fedsim/data/federated.py for the others)
@@ -31,7 +46,9 @@ class SystemConfig:
   seconds_per_example: float = bounded(0.01, gt=0)
   dropout_probability: float = bounded(0.0, min=0, max=0.99)
   min_clients: int = bounded(1, min=1)    # fewer reports than this -> the round is skipped
-  profiles: ProfilesConfig | None = None  # client devices and links (see profiles.py)
+  profiles: ProfilesConfig | None = None  # client devices and links; none: compute time only
+  deadline_seconds: float | None = bounded(None, gt=0)  # later finishers are dropped
+  late_uploads: Literal["aborted", "sent"] = "aborted"  # do late clients' uploads count in bits
 
   def check(self, key: str) -> None:
     SPEEDS.get(self.speed, f"{key}.speed" if key else "system.speed")
@@ -55,32 +72,64 @@ class RoundOutcome:
   sampled: tuple[str, ...]
   aggregated: tuple[str, ...]   # in sampled order
   late: tuple[str, ...]
-  failed: tuple[str, ...]
-  completion_seconds: Mapping[str, float]
+  failed: tuple[str, ...]       # dropped out or offline: received the broadcast, sent nothing
+  completion_seconds: Mapping[str, float]  # download + compute + upload, per client
   round_seconds: float          # simulated duration of the round
   skipped: bool                 # fewer than min_clients reported
+  uploaded: tuple[str, ...] = ()  # whose upload crossed the wire (aggregated, + late if sent)
 
 
 def simulate_round(config: SystemConfig, sampled: Sequence[str],
                    examples: Mapping[str, float], clients_per_round: int,
-                   seed: int, round_num: int) -> RoundOutcome:
-  """Decides which sampled clients count this round, from a seeded device model."""
+                   seed: int, round_num: int, wire_bits: tuple[int, int] = (0, 0),
+                   population: Sequence[str] = ()) -> RoundOutcome:
+  """Decides which sampled clients count this round, from a seeded device model.
+
+  Args:
+    examples: per client, the examples it processes this round.
+    wire_bits: (broadcast, aggregate) bits per client per round; only used
+      with `config.profiles`.
+    population: every client of the data; a profile trace must list exactly these.
+
+  Raises:
+    UserError: a profile trace does not match `population`.
+  """
   rng = np.random.default_rng([seed, SYSTEM_STREAM, round_num])
   n = len(sampled)
   slowdown = SPEEDS.get(config.speed).build(config, rng, n)
   fails = rng.random(n) < config.dropout_probability
-  seconds = {cid: float(examples[cid] * config.seconds_per_example * slowdown[i])
-             for i, cid in enumerate(sampled)}
+  seconds = {}
+  profile_of = (profile_source(config.profiles, seed, population)
+                if config.profiles is not None else None)
+  for i, cid in enumerate(sampled):
+    compute = examples[cid] * config.seconds_per_example * slowdown[i]
+    if profile_of is None:
+      seconds[cid] = float(compute)
+      continue
+    profile = profile_of(cid)
+    links = round_links(config.profiles, profile, seed, round_num, cid)
+    fails[i] |= not links.online
+    download = wire_bits[0] / links.down_bps + profile.latency_s
+    upload = wire_bits[1] / links.up_bps + profile.latency_s
+    seconds[cid] = float(download + compute / profile.compute_speed + upload)
   reporting = [cid for i, cid in enumerate(sampled) if not fails[i]]
+  deadline = config.deadline_seconds
   # Stable sort: ties keep sampled order, so the outcome is deterministic.
-  finishers = sorted(reporting, key=lambda cid: seconds[cid])[:clients_per_round]
+  finishers = [cid for cid in sorted(reporting, key=lambda cid: seconds[cid])
+               if deadline is None or seconds[cid] <= deadline][:clients_per_round]
   chosen = set(finishers)
   skipped = len(finishers) < config.min_clients
+  aggregated = () if skipped else tuple(c for c in sampled if c in chosen)
+  if deadline is not None and len(finishers) < clients_per_round:
+    round_seconds = deadline
+  else:
+    round_seconds = max((seconds[c] for c in finishers), default=0.0)
   return RoundOutcome(
       sampled=tuple(sampled),
-      aggregated=() if skipped else tuple(c for c in sampled if c in chosen),
+      aggregated=aggregated,
       late=tuple(c for c in reporting if c not in chosen),
       failed=tuple(c for i, c in enumerate(sampled) if fails[i]),
       completion_seconds=seconds,
-      round_seconds=max((seconds[c] for c in finishers), default=0.0),
-      skipped=skipped)
+      round_seconds=round_seconds,
+      skipped=skipped,
+      uploaded=tuple(reporting) if config.late_uploads == "sent" else aggregated)

@@ -40,36 +40,54 @@ class ClientWork(NamedTuple):
   initial_client_state: Any = None
 
 
-def _metrics_finalizer():
-  @tff.tensorflow.computation(collections.OrderedDict(
-      loss_sum=np.float32, correct=np.float32, num_examples=np.float32))
+def _is_sequence(data_type) -> bool:
+  """True when each example has a sequence of labels ([steps, batch, time])."""
+  return len(data_type.y.shape) > 2
+
+
+def _metrics_finalizer(sequence: bool):
+  """Summed client statistics -> loss and accuracy per target, and examples.
+
+  Sequence tasks also send their token count: their loss and accuracy are
+  token-weighted means (see `local_training.BatchStats`).
+  """
+  spec = collections.OrderedDict(loss_sum=np.float32, correct=np.float32,
+                                 num_examples=np.float32)
+  if sequence:
+    spec["num_tokens"] = np.float32
+
+  @tff.tensorflow.computation(spec)
   def finalize(sums):
-    total = tf.maximum(sums["num_examples"], 1.0)
+    total = tf.maximum(sums["num_tokens"] if sequence else sums["num_examples"], 1.0)
     return collections.OrderedDict(
         loss=sums["loss_sum"] / total, accuracy=sums["correct"] / total,
         num_examples=sums["num_examples"])
   return finalize
 
 
-def _stats_dict(stats):
-  return collections.OrderedDict(
+def _stats_dict(stats, sequence: bool):
+  out = collections.OrderedDict(
       loss_sum=stats.loss_sum, correct=stats.correct, num_examples=stats.num_examples)
+  if sequence:
+    out["num_tokens"] = stats.num_targets
+  return out
 
 
 def build_client_work(weights_type, data_type, client_update: Callable) -> ClientWork:
   """Wraps `client_update(model_weights, batches) -> (update, update_weight, stats)`.
 
   `stats` is a `BatchStats`; the server receives its sum over clients as
-  `train/loss`, `train/accuracy` and `train/num_examples`.
+  `train/loss`, `train/accuracy` (per target: example or token) and
+  `train/num_examples`.
   """
 
   @tff.tensorflow.computation(weights_type, data_type)
   def client_fn(model_weights, batches):
     update, update_weight, stats = client_update(model_weights, batches)
     result = tff.learning.templates.ClientResult(update=update, update_weight=update_weight)
-    return result, _stats_dict(stats)
+    return result, _stats_dict(stats, _is_sequence(data_type))
 
-  finalize = _metrics_finalizer()
+  finalize = _metrics_finalizer(_is_sequence(data_type))
 
   @tff.federated_computation()
   def init_fn():
@@ -105,9 +123,9 @@ def build_stateful_client_work(weights_type, data_type, initial_client_state,
   def client_fn(model_weights, batches, client_state):
     update, update_weight, stats, new_state = client_update(model_weights, batches, client_state)
     result = tff.learning.templates.ClientResult(update=update, update_weight=update_weight)
-    return (result, new_state), _stats_dict(stats)
+    return (result, new_state), _stats_dict(stats, _is_sequence(data_type))
 
-  finalize = _metrics_finalizer()
+  finalize = _metrics_finalizer(_is_sequence(data_type))
 
   @tff.federated_computation()
   def init_fn():

@@ -4,7 +4,8 @@ Client data arrives as dense tensors `x [steps, batch, ...]`, `y [steps,
 batch]`, `mask [steps, batch]` rather than a tf.data pipeline: handing a
 dataset to a function costs a fixed 8-30 ms per client on this stack, which
 dominated round time. Padding rows carry mask 0 and add nothing to the loss;
-a batch with no real example is skipped entirely (no optimizer step).
+a batch with no target (no real example, or only padding tokens) is skipped
+entirely (no optimizer step).
 
 Gradient accumulation: the gradients of `accumulation_steps` consecutive
 batches are summed, or averaged, and applied in one optimizer step. When that
@@ -22,45 +23,64 @@ Weights = Any  # a tuple of tensors (the trainable model weights)
 
 
 class BatchStats(NamedTuple):
-  """Sums over the real examples seen in training (at the pre-step weights)."""
+  """Sums over the real examples seen in training (at the pre-step weights).
 
-  loss_sum: tf.Tensor
-  correct: tf.Tensor
-  num_examples: tf.Tensor
+  A target is one predicted label: an example, or one real (non-padding)
+  token of a sequence. Loss and accuracy are means over targets, so sequence
+  metrics are token-weighted as TFF's and FedJAX's Stack Overflow and
+  Shakespeare baselines report them; an example whose targets are all
+  padding is not counted.
+  """
+
+  loss_sum: tf.Tensor     # cross-entropy summed over targets
+  correct: tf.Tensor      # targets predicted right
+  num_examples: tf.Tensor  # examples with at least one target
+  num_targets: tf.Tensor   # targets: num_examples, or real tokens of sequences
 
 
 def batch_loss(predict: Callable, weights: Weights, x, y, mask, pad_label=None):
-  """Mean cross-entropy over the real examples of one batch, and its stats.
+  """Mean cross-entropy over the targets of one batch, and its stats.
 
-  Logits may carry extra positions (sequence models: [batch, time, classes]);
-  each example's loss is then the mean over its positions, leaving out
-  positions whose label is `pad_label` (padding of short sequences).
+  Rows with mask 0 are padding. Logits may carry extra positions (sequence
+  models: [batch, time, classes]); each position is then a target, except
+  positions whose label is `pad_label` (padding of short sequences). The
+  loss is the token-weighted mean: every real token weighs the same,
+  whatever the length of its sequence.
   """
   logits = predict(weights, x)
-  per_position = tf.nn.sparse_softmax_cross_entropy_with_logits(
-      labels=tf.cast(y, tf.int32), logits=logits)
+  labels = tf.cast(y, tf.int32)
+  per_position = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
   correct_positions = tf.cast(
-      tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), tf.cast(y, tf.int32)),
-      tf.float32)
+      tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32)
+  real = _target_mask(labels, mask, pad_label)
   extra_axes = list(range(1, len(per_position.shape)))
-  if extra_axes and pad_label is not None:
-    real = tf.cast(tf.not_equal(tf.cast(y, tf.int32), pad_label), tf.float32)
-    count_real = tf.maximum(tf.reduce_sum(real, axis=extra_axes), 1.0)
-    per_example = tf.reduce_sum(per_position * real, axis=extra_axes) / count_real
-    correct = tf.reduce_sum(correct_positions * real, axis=extra_axes) / count_real
-  elif extra_axes:
-    per_example = tf.reduce_mean(per_position, axis=extra_axes)
-    correct = tf.reduce_mean(correct_positions, axis=extra_axes)
-  else:
-    per_example, correct = per_position, correct_positions
-  count = tf.reduce_sum(mask)
-  loss_sum = tf.reduce_sum(per_example * mask)
-  stats = BatchStats(loss_sum, tf.reduce_sum(correct * mask), count)
-  return loss_sum / tf.maximum(count, 1.0), stats
+  num_targets = tf.reduce_sum(real)
+  has_target = (tf.cast(tf.reduce_sum(real, axis=extra_axes) > 0, tf.float32)
+                if extra_axes else real)
+  loss_sum = tf.reduce_sum(per_position * real)
+  stats = BatchStats(loss_sum, tf.reduce_sum(correct_positions * real),
+                     tf.reduce_sum(has_target), num_targets)
+  return loss_sum / tf.maximum(num_targets, 1.0), stats
+
+
+def _target_mask(labels, mask, pad_label):
+  """1.0 where a label is a target: a real row and, in sequences, not padding."""
+  real = tf.cast(mask, tf.float32)
+  for _ in range(len(labels.shape) - 1):
+    real = real[..., None]
+  real = real * tf.ones_like(labels, tf.float32)
+  if pad_label is not None and len(labels.shape) > 1:
+    real = real * tf.cast(tf.not_equal(labels, pad_label), tf.float32)
+  return real
+
+
+def num_targets(y, mask, pad_label=None):
+  """Targets in one batch (see `BatchStats`), without running the model."""
+  return tf.reduce_sum(_target_mask(tf.cast(y, tf.int32), mask, pad_label))
 
 
 def zero_stats() -> BatchStats:
-  return BatchStats(tf.constant(0.0), tf.constant(0.0), tf.constant(0.0))
+  return BatchStats(*(tf.constant(0.0) for _ in BatchStats._fields))
 
 
 def add_stats(a: BatchStats, b: BatchStats) -> BatchStats:
@@ -106,7 +126,7 @@ def train(predict: Callable, optimizer, weights: Weights, optimizer_state, batch
 
   def step(i, weights, opt_state, acc, acc_count, stats):
     x, y, mask = batches["x"][i], batches["y"][i], batches["mask"][i]
-    has_examples = tf.reduce_sum(mask) > 0
+    has_examples = num_targets(y, mask, pad_label) > 0
 
     def accumulate():
       grads, batch_stats = batch_gradient(
@@ -137,7 +157,7 @@ def train(predict: Callable, optimizer, weights: Weights, optimizer_state, batch
 
 
 def gradient(predict: Callable, weights: Weights, batches, pad_label: int | None = None):
-  """Example-weighted mean gradient over all batches, and the stats (FedSGD)."""
+  """Gradient of the mean loss over all targets of all batches, and the stats (FedSGD)."""
   weights = tuple(weights)
   num_steps = tf.shape(batches["mask"])[0]
 
@@ -145,13 +165,13 @@ def gradient(predict: Callable, weights: Weights, batches, pad_label: int | None
     mask = batches["mask"][i]
     grads, batch_stats = batch_gradient(
         predict, weights, batches["x"][i], batches["y"][i], mask, pad_label=pad_label)
-    count = tf.reduce_sum(mask)
+    count = batch_stats.num_targets
     return i + 1, tuple(a + g * count for a, g in zip(acc, grads)), add_stats(stats, batch_stats)
 
   _, acc, stats = tf.while_loop(
       lambda i, *_: i < num_steps, step,
       (tf.constant(0), tuple(tf.zeros_like(w) for w in weights), zero_stats()))
-  total = tf.maximum(stats.num_examples, 1.0)
+  total = tf.maximum(stats.num_targets, 1.0)
   return tuple(a / total for a in acc), stats
 
 

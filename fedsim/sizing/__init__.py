@@ -51,16 +51,23 @@ class SizeInfo:
   def aggregate_bits(self) -> int:
     return sum(self.aggregate_history)
 
-  def round_metrics(self, broadcast_clients: int, aggregated_clients: int) -> dict[str, float]:
-    """Records one round and returns its metrics (bits) for the sinks."""
+  def round_metrics(self, broadcast_clients: int, aggregated_clients: int,
+                    late_uploads: int = 0) -> dict[str, float]:
+    """Records one round and returns its metrics (bits) for the sinks.
+
+    `late_uploads` clients sent their update too but were not aggregated
+    (`system.late_uploads: sent`): their bits count in `aggregate_bits`, and
+    alone in `late_upload_bits`.
+    """
     per = self.per_client
     broadcast = per.broadcast * broadcast_clients
-    aggregate = per.aggregate * aggregated_clients
+    aggregate = per.aggregate * (aggregated_clients + late_uploads)
     self.broadcast_history.append(broadcast)
     self.aggregate_history.append(aggregate)
     return {
         "broadcast_bits": broadcast,
         "aggregate_bits": aggregate,
+        "late_upload_bits": per.aggregate * late_uploads,
         "cumulative_broadcast_bits": self.broadcast_bits,
         "cumulative_aggregate_bits": self.aggregate_bits,
         "broadcast_bits_per_client": per.broadcast,

@@ -88,17 +88,62 @@ def test_stats_are_sums_over_real_examples():
   assert float(stats.num_examples) == 2
 
 
-def test_pad_positions_count_in_neither_loss_nor_accuracy():
-  """Sequence targets: each example's loss is the mean over its non-pad positions."""
+def _log_softmax(z):
+  z = z - z.max(-1, keepdims=True)
+  return z - np.log(np.exp(z).sum(-1, keepdims=True))
+
+
+def test_sequence_metrics_are_token_weighted():
+  """TFF's / FedJAX's sequence baselines: loss and accuracy are means over real
+  tokens; a sequence that is all padding is not an example."""
   rng = np.random.default_rng(0)
-  logits = rng.normal(size=(2, 3, 4)).astype(np.float32)  # [batch, time, classes]
-  y = np.array([[1, 2, 0], [3, 0, 0]], np.int32)           # 0 = pad
-  mask = np.ones(2, np.float32)
-  _, stats = local_training.batch_loss(lambda w, x: x, (), tf.constant(logits),
-                                       tf.constant(y), tf.constant(mask), pad_label=0)
-  log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
-  per_example = [-(log_p[0, 0, 1] + log_p[0, 1, 2]) / 2, -log_p[1, 0, 3]]
-  np.testing.assert_allclose(float(stats.loss_sum), sum(per_example), rtol=1e-6)
-  hits = logits.argmax(-1) == y
-  expected_correct = hits[0, :2].mean() + hits[1, :1].mean()
-  np.testing.assert_allclose(float(stats.correct), expected_correct, rtol=1e-6)
+  logits = rng.normal(size=(4, 3, 5)).astype(np.float32)   # [batch, time, classes]
+  y = np.array([[1, 2, 4], [3, 0, 0], [0, 0, 0], [2, 2, 2]], np.int32)  # 0 = pad
+  mask = np.array([1, 1, 1, 0], np.float32)               # the last row is padding
+  loss, stats = local_training.batch_loss(lambda w, x: x, (), tf.constant(logits),
+                                          tf.constant(y), tf.constant(mask), pad_label=0)
+  log_p = _log_softmax(logits.astype(np.float64))
+  tokens = [(0, 0), (0, 1), (0, 2), (1, 0)]               # (example, position) of real tokens
+  token_losses = [-log_p[e, t, y[e, t]] for e, t in tokens]
+  hits = [logits[e, t].argmax() == y[e, t] for e, t in tokens]
+  np.testing.assert_allclose(float(stats.loss_sum), sum(token_losses), rtol=1e-6)
+  np.testing.assert_allclose(float(loss), np.mean(token_losses), rtol=1e-6)
+  assert float(stats.correct) == sum(hits)
+  assert float(stats.num_targets) == 4
+  assert float(stats.num_examples) == 2                  # the all-padding row is no example
+  # Not the per-example mean of per-sequence means (what fedsim computed before).
+  per_sequence = [np.mean(token_losses[:3]), token_losses[3]]
+  assert abs(float(loss) - np.mean(per_sequence)) > 1e-3
+
+
+def _sequence_predict(weights, x):
+  w, b = weights
+  return tf.einsum("btd,dc->btc", x, w) + b
+
+
+def test_sequence_training_follows_the_token_weighted_gradient():
+  """Momentum SGD over two batches; the second is all padding tokens and is skipped."""
+  rng = np.random.default_rng(4)
+  w0 = rng.normal(size=(3, 4)).astype(np.float32) * 0.3
+  b0 = np.zeros(4, np.float32)
+  x = rng.normal(size=(2, 2, 3, 3)).astype(np.float32)        # [steps, batch, time, dim]
+  y = np.array([[[1, 2, 0], [3, 0, 0]], [[0, 0, 0], [0, 0, 0]]], np.int32)
+  mask = np.ones((2, 2), np.float32)
+  opt = tff.learning.optimizers.build_sgdm(learning_rate=0.5, momentum=0.9)
+  specs = tuple(tf.TensorSpec(w.shape, tf.float32) for w in (w0, b0))
+
+  @tf.function
+  def run(batches):
+    return local_training.train(_sequence_predict, opt, (tf.constant(w0), tf.constant(b0)),
+                                opt.initialize(specs), batches, pad_label=0)
+
+  (w, b), _, stats = run({"x": tf.constant(x), "y": tf.constant(y), "mask": tf.constant(mask)})
+  # NumPy: one step on the mean cross-entropy over the 3 real tokens of batch 0.
+  xs = np.stack([x[0, 0, 0], x[0, 0, 1], x[0, 1, 0]]).astype(np.float64)
+  ys = np.array([1, 2, 3])
+  p = np.exp(_log_softmax(xs @ w0 + b0))
+  p[np.arange(3), ys] -= 1.0
+  grad_w, grad_b = xs.T @ p / 3, p.sum(0) / 3
+  np.testing.assert_allclose(w, w0 - 0.5 * grad_w, atol=1e-6)
+  np.testing.assert_allclose(b, b0 - 0.5 * grad_b, atol=1e-6)
+  assert float(stats.num_examples) == 2 and float(stats.num_targets) == 3
