@@ -37,17 +37,15 @@ class EncodeParams:
 @register_aggregation_stage("encode", EncodeParams, role=SUM, parser=_parse_encode)
 def build_encode(params, context: StageContext):
   """Each client encodes its value per tensor; the server decodes and sums (last stage)."""
-  del context
   from fedsim.compression.mean import build_encoded_sum
-  return build_encoded_sum(params)
+  return build_encoded_sum(params, context.seed)
 
 
 @register_broadcast_stage("encode", EncodeParams, parser=_parse_encode)
 def build_encoded_broadcast(params, weights_type, context: StageContext):
   """The server encodes the model once; every client decodes the same encoded value."""
-  del context
   from fedsim.compression.broadcast import build_encoded_broadcast as build
-  return build(weights_type, params)
+  return build(weights_type, params, context.seed)
 
 
 build_encode.compresses = build_encoded_broadcast.compresses = True

@@ -17,7 +17,7 @@ from fedsim.compression.encoders import encoder_for, tensor_specs
 
 
 def build_encoded_broadcast(
-    weights_type: tff.Type, spec: DirectionSpec | None,
+    weights_type: tff.Type, spec: DirectionSpec | None, seed: int = 0,
 ) -> tff.learning.templates.DistributionProcess:
   """A DistributionProcess that sends `weights_type` values encoded per `spec`.
 
@@ -27,6 +27,9 @@ def build_encoded_broadcast(
       of fully-shaped tensors.
     spec: the broadcast direction; None sends every tensor unchanged (still
       through this process).
+    seed: the run seed; the encoders' random draws are seeded by (seed, the
+      tensor's flat index, the values encoded): see
+      `tensor_encoding_api.noise_seed`.
 
   Returns:
     A process whose state@SERVER holds the encoders' state (a struct of empty
@@ -45,7 +48,10 @@ def build_encoded_broadcast(
   flat_specs = tf.nest.flatten(specs)
   if not all(s.shape.is_fully_defined() for s in flat_specs):
     raise TypeError(f"every tensor of weights_type needs a known shape, got {weights_type}")
-  encoders = [te_api.simple_encoder(encoder_for(s, spec), s) for s in flat_specs]
+  encoders = []
+  for index, tensor_spec in enumerate(flat_specs):
+    with te_api.noise_key(seed, index):
+      encoders.append(te_api.simple_encoder(encoder_for(tensor_spec, spec), tensor_spec))
 
   @tff.tensorflow.computation
   def initial_state():

@@ -15,7 +15,7 @@ from fedsim.compression.encoders import encoder_for
 
 
 def build_encoded_mean(
-    spec: DirectionSpec | None, weighted: bool = True,
+    spec: DirectionSpec | None, weighted: bool = True, seed: int = 0,
 ) -> tff.aggregators.WeightedAggregationFactory | tff.aggregators.UnweightedAggregationFactory:
   """An aggregation factory for the mean of client values, encoded per `spec`.
 
@@ -23,24 +23,31 @@ def build_encoded_mean(
     spec: the aggregation direction; None gives TFF's plain (float) mean.
     weighted: a weighted mean (`MeanFactory`, e.g. for FedAvg's
       `model_aggregator`) or an unweighted one (`UnweightedMeanFactory`).
+    seed: the run seed, salting the encoders' noise (see `build_encoded_sum`).
 
   Returns:
     The factory. Its processes keep the encoders' state as their state; the
     weights are summed unencoded.
   """
-  value_sum = build_encoded_sum(spec)  # SumFactory, TFF's default, when spec is None
+  value_sum = build_encoded_sum(spec, seed)  # SumFactory, TFF's default, when spec is None
   if weighted:
     return tff.aggregators.MeanFactory(value_sum)
   return tff.aggregators.UnweightedMeanFactory(value_sum)
 
 
-def build_encoded_sum(spec: DirectionSpec | None) -> tff.aggregators.UnweightedAggregationFactory:
+def build_encoded_sum(spec: DirectionSpec | None,
+                      seed: int = 0) -> tff.aggregators.UnweightedAggregationFactory:
   """An aggregation factory for the plain sum of client values, encoded per `spec`
-  (elastic averaging adds the clients' elastic differences, it does not average)."""
+  (elastic averaging adds the clients' elastic differences, it does not average).
+
+  The encoders' random draws are seeded by (`seed`, the tensor's flat index in
+  the value, the values encoded): see `tensor_encoding_api.noise_seed`.
+  """
   if spec is None:
     return tff.aggregators.SumFactory()
 
-  def gather_encoder_for(tensor_spec):
-    return te_api.gather_encoder(encoder_for(tensor_spec, spec), tensor_spec)
+  def gather_encoder_for(tensor_spec, index):
+    with te_api.noise_key(seed, index):
+      return te_api.gather_encoder(encoder_for(tensor_spec, spec), tensor_spec)
 
   return te_api.encoded_sum_factory(gather_encoder_for)

@@ -10,13 +10,29 @@ and `tf_style_encoding_stage` (to write a stage), `Encoder` and `chain`.
 `SeededUniformQuantizationStage` and `SeededHadamardStage` replace the
 built-in stages of the same kind where a run must repeat: tensor_encoding's
 draw unseeded random numbers inside the computation.
+
+Noise seeds. Every random draw of a fedsim stage (stochastic rounding,
+rotation signs, random-k coordinates) is a stateless draw seeded by
+`noise_seed(x, salt)`: the 64-bit fingerprint of the values `x` being encoded
+XOR a 64-bit salt. The salt is `SeedSequence([run seed, tensor index])` and is
+fixed when the stage is built (`noise_key(run_seed, tensor_index)` around the
+encoder builder; the tensor index is its position in the flattened value). So
+noise is a pure function of (run seed, tensor, values): runs repeat bit for
+bit, a different run seed gives different noise, and clients and rounds,
+whose values differ, draw unrelated noise. Inside TFF's aggregation a client
+knows neither its id nor the round; its values stand in for both (two
+clients sending identical values draw identical noise).
 """
 
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable
+import contextlib
+import contextvars
+import itertools
+from typing import Any, Callable, Iterator
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 from tensorflow_model_optimization.python.core.internal import tensor_encoding as te
@@ -31,27 +47,68 @@ stages = te.stages
 _STAGE_TYPES = (EncodingStageInterface, AdaptiveEncodingStageInterface)
 
 
-def _fingerprint_seed(x: tf.Tensor) -> tf.Tensor:
-  """int32[2]: the 8 bytes of a fingerprint of `x`'s values, a stateless-RNG seed.
+_NOISE_KEY: contextvars.ContextVar[tuple[int, int]] = contextvars.ContextVar(
+    "fedsim_noise_key", default=(0, 0))
 
-  Seeding the randomness with the value being encoded makes encoding a pure
-  function (same run, same bits: reruns and resumed checkpoints match), while
-  clients' updates and successive rounds, which differ, still draw unrelated
-  noise.
+
+@contextlib.contextmanager
+def noise_key(run_seed: int, tensor_index: int) -> Iterator[None]:
+  """Stages built inside this block salt their noise with (run_seed, tensor_index)."""
+  token = _NOISE_KEY.set((int(run_seed), int(tensor_index)))
+  try:
+    yield
+  finally:
+    _NOISE_KEY.reset(token)
+
+
+def noise_salt(run_seed: int | None = None, tensor_index: int = 0) -> np.ndarray:
+  """int32[2]: the salt of (run_seed, tensor_index); both None: the current `noise_key`.
+
+  The salt is the first 64 bits of NumPy's `SeedSequence([run_seed mod 2**64,
+  tensor_index])`, so nearby seeds give unrelated salts.
   """
+  if run_seed is None:
+    run_seed, tensor_index = _NOISE_KEY.get()
+  words = np.random.SeedSequence([run_seed % 2**64, tensor_index]).generate_state(2, np.uint32)
+  return words.view(np.int32)
+
+
+def _fingerprint_seed(x: tf.Tensor) -> tf.Tensor:
+  """int32[2]: the 8 bytes of a fingerprint of `x`'s values."""
   fingerprint = tf.fingerprint(tf.reshape(x, [1, -1]))   # uint8[1, 8]
   return tf.bitcast(tf.reshape(fingerprint, [2, 4]), tf.int32)
 
 
+def noise_seed(x: tf.Tensor, salt: Any) -> tf.Tensor:
+  """int32[2], a stateless-RNG seed: the fingerprint of `x`'s values XOR `salt`.
+
+  Seeding with the values encoded makes encoding a pure function (same run,
+  same bits: reruns and resumed checkpoints match), while clients' updates and
+  successive rounds, which differ, draw unrelated noise; the salt (see
+  `noise_salt`) brings in the run seed and the tensor.
+  """
+  return tf.bitwise.bitwise_xor(_fingerprint_seed(x), tf.cast(salt, tf.int32))
+
+
+def salt_or_current(salt: Any) -> Any:
+  """`salt` if given (an int32[2] array or tensor), else the current `noise_key`'s salt."""
+  return noise_salt() if salt is None else salt
+
+
 class SeededUniformQuantizationStage(te.stages.UniformQuantizationEncodingStage):
-  """`UniformQuantizationEncodingStage` whose stochastic rounding is seeded by its input.
+  """`UniformQuantizationEncodingStage` whose stochastic rounding is seeded.
 
   tensor_encoding draws the rounding noise with unseeded `tf.random.uniform`.
-  Here the noise is `tf.random.stateless_uniform` seeded by a fingerprint of
-  the input: encoding the same tensor twice gives the same output. Rounding
+  Here the noise is `tf.random.stateless_uniform` seeded by `noise_seed(x,
+  salt)`: encoding the same tensor twice gives the same output. Rounding
   still goes up with probability equal to the remainder, so over different
   inputs it stays unbiased. Same encoded tensors and bits as the parent.
+  `salt` (int32[2]) defaults to the current `noise_key`'s.
   """
+
+  def __init__(self, bits=8, min_max=None, stochastic=True, salt=None):
+    super().__init__(bits, min_max, stochastic)
+    self._salt = salt_or_current(salt)
 
   def encode(self, x, encode_params, name=None):
     if not self._stochastic:
@@ -59,7 +116,7 @@ class SeededUniformQuantizationStage(te.stages.UniformQuantizationEncodingStage)
     with tf.name_scope(name or f"{self.name}_encode"):
       x = tf.convert_to_tensor(x)
       encode_params = tf.nest.map_structure(tf.convert_to_tensor, encode_params)
-      seed = _fingerprint_seed(x)
+      seed = noise_seed(x, self._salt)
       if self.MIN_MAX_VALUES_KEY in encode_params:
         min_max = tf.cast(encode_params[self.MIN_MAX_VALUES_KEY], x.dtype)
         low, high = min_max[0], min_max[1]
@@ -83,11 +140,15 @@ class SeededHadamardStage(te.stages.HadamardEncodingStage):
 
   tensor_encoding draws the seed in `get_params` with unseeded
   `tf.random.uniform` (on the server, sent to every client for a mean). Here
-  `encode` takes it from a fingerprint of the input and sends it along as
-  int32[2] (64 bits) under `seed`, and `decode` reads it from there. Clients
-  thus rotate with different signs, so the rotation no longer commutes with
-  sum: the server undoes each client's rotation before summing.
+  `encode` takes it from `noise_seed(x, salt)` and sends it along as int32[2]
+  (64 bits) under `seed`, and `decode` reads it from there. Clients thus
+  rotate with different signs, so the rotation no longer commutes with sum:
+  the server undoes each client's rotation before summing.
   """
+
+  def __init__(self, salt=None):
+    super().__init__()
+    self._salt = salt_or_current(salt)
 
   @property
   def commutes_with_sum(self):
@@ -101,7 +162,7 @@ class SeededHadamardStage(te.stages.HadamardEncodingStage):
     del encode_params  # Empty.
     with tf.name_scope(name or f"{self.name}_encode"):
       x = self._validate_and_expand_encode_input(tf.convert_to_tensor(x))
-      seed = _fingerprint_seed(x)
+      seed = noise_seed(x, self._salt)
       signed = x * self._random_signs(x.shape.as_list()[1], seed, x.dtype)
       rotated = tf_utils.fast_walsh_hadamard_transform(self._pad(signed))
       return collections.OrderedDict([(self.ENCODED_VALUES_KEY, rotated),
@@ -120,6 +181,53 @@ class SeededHadamardStage(te.stages.HadamardEncodingStage):
       if shape.shape.num_elements() == 1:
         decoded = tf.squeeze(decoded, [0])
       return decoded
+
+
+class SeededKashinStage(te.stages.research.KashinHadamardEncodingStage):
+  """`KashinHadamardEncodingStage` whose random signs are seeded by its input.
+
+  As `SeededHadamardStage`: the seed is `noise_seed(x, salt)`, sent with the
+  coefficients as int32[2] (64 bits), so the stage no longer commutes with sum.
+  Kashin's representation (Lyubarskii & Vershynin 2010) spreads the vector
+  over a redundant frame (m coefficients: the size padded to a power of two,
+  doubled when that pads by less than 15%), each clipped to about
+  `norm / sqrt(delta * m)`: quantizing them loses little to outliers.
+  """
+
+  def __init__(self, eta=0.9, delta=1.0, num_iters=3, last_iter_clip=False,
+               pad_extra_level_threshold=0.85, salt=None):
+    super().__init__(eta=eta, delta=delta, num_iters=num_iters, last_iter_clip=last_iter_clip,
+                     pad_extra_level_threshold=pad_extra_level_threshold)
+    self._salt = salt_or_current(salt)
+
+  @property
+  def commutes_with_sum(self):
+    return False
+
+  def get_params(self, name=None):
+    del name  # The seed comes with the encoded value.
+    encode_params, _ = super().get_params()
+    del encode_params[self.SEED_PARAMS_KEY]
+    return encode_params, collections.OrderedDict()
+
+  def encode(self, x, encode_params, name=None):
+    with tf.name_scope(name or f"{self.name}_encode"):
+      x = tf.convert_to_tensor(x)
+      seed = noise_seed(x, self._salt)
+      params = collections.OrderedDict(encode_params)
+      params[self.SEED_PARAMS_KEY] = seed
+      encoded = super().encode(x, params)
+      encoded[self.SEED_PARAMS_KEY] = seed
+      return encoded
+
+  def decode(self, encoded_tensors, decode_params, num_summands=None, shape=None, name=None):
+    del decode_params  # The seed comes with the encoded value.
+    with tf.name_scope(name or f"{self.name}_decode"):
+      values = collections.OrderedDict(
+          [(self.ENCODED_VALUES_KEY, encoded_tensors[self.ENCODED_VALUES_KEY])])
+      seed = collections.OrderedDict(
+          [(self.SEED_PARAMS_KEY, encoded_tensors[self.SEED_PARAMS_KEY])])
+      return super().decode(values, seed, num_summands, shape)
 
 
 def _pin_static_shape(tensor: tf.Tensor) -> tf.Tensor:
@@ -254,13 +362,31 @@ def gather_encoder(encoder: Encoder, spec: tf.TensorSpec) -> te.core.GatherEncod
   return te.encoders.as_gather_encoder(encoder, spec)
 
 
+class _IndexedEncodedSumFactory(tff.aggregators.EncodedSumFactory):
+  """TFF's `EncodedSumFactory` that also tells `encoder_fn` each tensor's flat index.
+
+  TFF asks for one encoder per tensor, in `tf.nest` order, once per `create`;
+  counting those calls (anew in each `create`) gives the index.
+  """
+
+  def __init__(self, encoder_fn: Callable[[tf.TensorSpec, int], Any]):
+    self._indexed_fn = encoder_fn
+    super().__init__(encoder_fn)
+
+  def create(self, value_type):
+    counter = itertools.count()
+    self._encoder_fn = lambda spec: self._indexed_fn(spec, next(counter))
+    return super().create(value_type)
+
+
 def encoded_sum_factory(
-    encoder_fn: Callable[[tf.TensorSpec], te.core.GatherEncoder],
+    encoder_fn: Callable[[tf.TensorSpec, int], te.core.GatherEncoder],
 ) -> tff.aggregators.UnweightedAggregationFactory:
   """TFF's encoded sum: clients encode, the server decodes and sums.
 
-  Whatever of the decoding commutes with sum runs after the sum on the server;
-  the rest runs per client inside `federated_aggregate`'s accumulate, so the
-  clients' `work` output is the encoded form.
+  `encoder_fn(spec, index)` gets each tensor's spec and flat index in the
+  value. Whatever of the decoding commutes with sum runs after the sum on the
+  server; the rest runs per client inside `federated_aggregate`'s accumulate,
+  so the clients' `work` output is the encoded form.
   """
-  return tff.aggregators.EncodedSumFactory(encoder_fn)
+  return _IndexedEncodedSumFactory(encoder_fn)
