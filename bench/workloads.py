@@ -12,7 +12,7 @@ from fedsim.runtime.session import session
 runtime.install_guard()  # before any computation: never TFF's own worker
 
 import baselines  # noqa: E402  (bench/baselines.py)
-from fedsim.config.loader import load_config  # noqa: E402
+from fedsim.experiment.config.loader import load_config  # noqa: E402
 from fedsim.experiment.simulation import build_simulation, client_batches  # noqa: E402
 from fedsim.models import keras_models  # noqa: E402
 from fedsim.runtime import inprocess  # noqa: E402

@@ -12,7 +12,7 @@ import sys
 import pathlib
 from typing import Any, Callable, Mapping, Sequence
 
-from fedsim.config.loader import expand_variants, load_config, plain
+from fedsim.experiment.config.loader import expand_variants, load_config, plain
 from fedsim.errors import UserError
 
 ConfigSource = str | os.PathLike | Mapping[str, Any]
@@ -45,7 +45,7 @@ def validate(config: ConfigSource, overrides: Sequence[str] = (), *,
   Raises:
     UserError: on bad input, naming the key.
   """
-  from fedsim.config.environment import check_environment
+  from fedsim.experiment.config.environment import check_environment
   _, raw = load_config(config, overrides)
   runs = expand_variants(raw, only=variant)
   notes = check_environment(runs)
@@ -103,7 +103,7 @@ def run(config: ConfigSource, overrides: Sequence[str] = (), logdir: str | os.Pa
   if resume not in (None, True, False) and not any(p[3] for p in plans):
     raise UserError(f"--resume {resume}: not a run of any variant of this config")
 
-  from fedsim.runtime import quiet
+  from fedsim.backend import quiet
   quiet.import_tff()  # before any module below imports TF/TFF noisily
   from fedsim.experiment.loop import run_rounds
   from fedsim.experiment.simulation import build_simulation

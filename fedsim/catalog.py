@@ -22,7 +22,7 @@ from fedsim.registry import REGISTRIES, Registry, closest
 # last, for any registry a config section uses that the others miss.
 _PACKAGES = ("fedsim.models", "fedsim.data", "fedsim.algorithms", "fedsim.compression",
              "fedsim.learning.optimizers", "fedsim.experiment.system", "fedsim.aggregation",
-             "fedsim.config.schema")
+             "fedsim.experiment.config.schema")
 
 
 def registries() -> list[Registry]:

@@ -1,5 +1,9 @@
-"""fedsim's door to TFF's execution internals (contexts, executors, the worker
-binary's location): an upgrade of TFF touches this package, not the runtime.
+"""fedsim's door to TFF's internals: an upgrade of TFF touches this package.
 
-Kept free of TensorFlow imports; `fedsim.backend.contexts` imports TFF.
+* `quiet`: TensorFlow and TFF imported without their start-up noise.
+* `contexts`: TFF execution contexts on a worker, and their installation.
+* `mapreduce`: a process's MapReduceForm, compiled once (sizing and inprocess).
+* `computations`: TFF computation protos as TensorFlow functions.
+
+Kept free of TensorFlow imports, as is `quiet`; the others import TFF.
 """

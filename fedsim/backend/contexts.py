@@ -13,7 +13,7 @@ import contextlib
 import os
 from typing import Any, Callable, Iterator
 
-from fedsim.runtime import quiet
+from fedsim.backend import quiet
 
 tff = quiet.import_tff()
 

@@ -20,7 +20,7 @@ def map_reduce_form(process: tff.templates.IterativeProcess):
     ValueError: the process has no MapReduceForm (the first line of TFF's reason).
   """
   if process not in _FORMS:
-    from fedsim.runtime.quiet import filtered_stderr
+    from fedsim.backend.quiet import filtered_stderr
     try:
       # Grappler logs harmless "Failed to detect the fetch node(s)" errors here.
       with filtered_stderr():

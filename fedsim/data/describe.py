@@ -43,7 +43,7 @@ def describe(config_path: str | os.PathLike, overrides: Sequence[str] = (),
     UserError: bad config or data files (as a run would raise), or an
       unknown `variant`.
   """
-  from fedsim.config.loader import expand_variants, load_config
+  from fedsim.experiment.config.loader import expand_variants, load_config
   _, raw = load_config(config_path, overrides)
   ((_, config),) = expand_variants(raw if variant else {**raw, "variants": {}}, only=variant)
   data = DATASETS.get(config.data.name).build(config.data.params, config.seed)

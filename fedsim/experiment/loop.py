@@ -32,7 +32,7 @@ from fedsim.experiment.simulation import Simulation, client_batches
 from fedsim.experiment.system import RoundOutcome, simulate_round
 from fedsim.reporting import (CompositeSink, CsvSink, Progress, TensorBoardSink,
                               flat_hparams, read_metrics_csv, write_hparams, write_status)
-from fedsim.runtime import quiet
+from fedsim.backend import quiet
 from fedsim.sizing import SizeInfo
 
 FINAL_MODEL = "final_model.npz"

@@ -11,7 +11,7 @@ from fedsim.aggregation import (AGGREGATION_STAGES, BROADCAST_STAGES, is_compres
                                 private_stage)
 from fedsim.aggregation.accounting import PrivacyLedger
 from fedsim.algorithms import ALGORITHMS, FederatedAlgorithm, Task
-from fedsim.config.schema import ExperimentConfig
+from fedsim.experiment.config.schema import ExperimentConfig
 from fedsim.data import DATASETS
 from fedsim.data.federated import FederatedData
 from fedsim.data.packing import pack

@@ -38,10 +38,10 @@ class MetricsSink(Protocol):
 def load_tensorflow() -> Any:
   """Returns the `tensorflow` module, imported quietly when fedsim can."""
   try:
-    from fedsim.runtime.quiet import import_tensorflow  # pylint: disable=g-import-not-at-top
+    from fedsim.backend.quiet import import_tensorflow  # pylint: disable=g-import-not-at-top
   except ImportError as e:
-    # Tolerated only while fedsim.runtime.quiet does not exist (yet).
-    if e.name not in ("fedsim.runtime", "fedsim.runtime.quiet", None):
+    # Tolerated only while fedsim.backend.quiet does not exist (yet).
+    if e.name not in ("fedsim.backend", "fedsim.backend.quiet", None):
       raise
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     return tf

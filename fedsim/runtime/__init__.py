@@ -3,9 +3,9 @@
 * `worker`: the owned `worker_binary` child process (start, kill, reap).
 * `session`: which worker runs TFF computations (a run's session, the guard).
 * `signals`: how `fedsim run` exits on SIGINT / SIGTERM.
-* `quiet`: TensorFlow and TFF imported without their start-up noise.
+* `inprocess`: the compiled round run in this process's TensorFlow.
 
-Kept free of TensorFlow imports, as are `quiet` and `signals`.
+Kept free of TensorFlow imports, as is `signals`.
 """
 
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from fedsim.config.loader import load_config
+from fedsim.experiment.config.loader import load_config
 from fedsim.errors import UserError
 
 BASE = {
@@ -22,7 +22,7 @@ def _config(**overrides):
 
 
 def test_config_validation_does_not_import_tensorflow():
-  script = ("import sys; from fedsim.config.loader import load_config;"
+  script = ("import sys; from fedsim.experiment.config.loader import load_config;"
             f" load_config({dict(BASE, algorithm={'name': 'fedavg', 'client_weighting': 'uniform'}, aggregation=[{'name': 'clip', 'norm': 1.0}, {'name': 'dp_gaussian', 'noise_multiplier': 1.0}, {'name': 'encode', 'encoder': 'uniform'}])!r});"
             " print('tensorflow' in sys.modules)")
   out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
@@ -40,7 +40,7 @@ def test_compression_shorthand_is_a_final_encode_stage():
 
 
 def test_chains_round_trip_through_the_resolved_config():
-  from fedsim.config.loader import plain
+  from fedsim.experiment.config.loader import plain
   config = _config(aggregation=[{"name": "zeroing", "max_norm": 5},
                                 {"name": "encode", "encoder": "uniform", "bits": 8}])
   resolved = plain(config)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from fedsim.config.loader import apply_overrides, expand_variants, load_config, plain
+from fedsim.experiment.config.loader import apply_overrides, expand_variants, load_config, plain
 from fedsim.config.typed import parse
-from fedsim.config.schema import ExperimentConfig
+from fedsim.experiment.config.schema import ExperimentConfig
 from fedsim.errors import UserError
 
 BASE = {

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from fedsim import api
-from fedsim.config import environment
+from fedsim.experiment.config import environment
 from fedsim.errors import UserError
 
 BASE = {"name": "env", "rounds": 1, "clients_per_round": 1, "model": "mlp",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedsim.config.loader import expand_variants, load_config, plain
-from fedsim.config.schema import ExperimentConfig
+from fedsim.experiment.config.loader import expand_variants, load_config, plain
+from fedsim.experiment.config.schema import ExperimentConfig
 from fedsim.config.typed import parse
 from fedsim.data import DATASETS
 from fedsim.data.partition import PARTITIONERS

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fedsim.config.loader import apply_overrides, expand_variants, load_config
-from fedsim.config.merge import deep_merge
+from fedsim.experiment.config.loader import apply_overrides, expand_variants, load_config
+from fedsim.experiment.config.merge import deep_merge
 from fedsim.errors import UserError
 
 BASE = {

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from fedsim import cli
-from fedsim.config.loader import expand_variants, load_config
+from fedsim.experiment.config.loader import expand_variants, load_config
 from fedsim.errors import UserError
 from fedsim.models import MODELS
 from fedsim.plugins import load_plugins, module_name

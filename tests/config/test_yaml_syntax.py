@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fedsim.config.loader import apply_overrides, load_config
-from fedsim.config.yaml_syntax import load
+from fedsim.experiment.config.loader import apply_overrides, load_config
+from fedsim.experiment.config.yaml_syntax import load
 from fedsim.errors import UserError
 
 CONFIG = """\

@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from fedsim.config.loader import load_config
+from fedsim.experiment.config.loader import load_config
 from fedsim.errors import UserError
 from fedsim.experiment.profiles import LogNormal, ProfilesConfig, Uniform
 from fedsim.experiment.system import SystemConfig, simulate_round

@@ -13,7 +13,7 @@ import yaml
 
 import fedsim
 from fedsim import cli
-from fedsim.config.loader import load_config, plain
+from fedsim.experiment.config.loader import load_config, plain
 from fedsim.errors import RunFailed, UserError
 from fedsim.experiment import checkpoint as ckpt
 from fedsim.experiment import loop

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from fedsim.runtime import quiet
+from fedsim.backend import quiet
 
 SCRIPTS = pathlib.Path(__file__).parent / "scripts"
 REPO = pathlib.Path(__file__).parents[2]
@@ -119,7 +119,7 @@ def test_filtered_stderr_writes_back_real_lines_in_order(tmp_path):
   # fd 2 is a pipe here, not a terminal; entered twice in one process.
   code = f"""
 import os, sys
-from fedsim.runtime.quiet import filtered_stderr
+from fedsim.backend.quiet import filtered_stderr
 for _ in range(2):
   with filtered_stderr():
     os.write(2, {IMPORT_LOG.encode()!r})
@@ -134,14 +134,14 @@ print("tensorflow" in sys.modules)
 
 
 def test_filtered_stderr_tolerates_closed_fd2(tmp_path):
-  code = ("import os\nos.close(2)\nfrom fedsim.runtime.quiet import filtered_stderr\n"
+  code = ("import os\nos.close(2)\nfrom fedsim.backend.quiet import filtered_stderr\n"
           "with filtered_stderr():\n  print('inside')\n")
   result = _python(code, tmp_path)
   assert result.stdout == "inside\n"
 
 
 def test_runtime_package_and_quiet_do_not_import_tensorflow(tmp_path):
-  code = ("import sys, fedsim.runtime, fedsim.runtime.quiet\n"
+  code = ("import sys, fedsim.runtime, fedsim.backend.quiet\n"
           "print(sorted(m for m in ('tensorflow', 'tensorflow_federated') if m in sys.modules))")
   result = _python(code, tmp_path)
   assert result.stdout == "[]\n"

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from fedsim.config.loader import load_config
+from fedsim.experiment.config.loader import load_config
 from fedsim.errors import UserError
 from fedsim.experiment.profiles import (ClientProfile, LogNormal, ProfilesConfig, Uniform,
                                         draw_profile, profile_source, round_links)

@@ -15,7 +15,7 @@ import os
 import shutil
 from typing import Any, Iterator, Sequence
 
-from fedsim.config.schema import ExperimentConfig
+from fedsim.experiment.config.schema import ExperimentConfig
 from fedsim.config.typed import Component
 from fedsim.data import tff_files
 from fedsim.errors import UserError

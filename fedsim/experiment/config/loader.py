@@ -14,9 +14,9 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from fedsim.config import yaml_syntax
-from fedsim.config.merge import apply_overrides, deep_merge, override_paths, parse_set, without
-from fedsim.config.schema import ExperimentConfig
+from fedsim.experiment.config import yaml_syntax
+from fedsim.experiment.config.merge import apply_overrides, deep_merge, override_paths, parse_set, without
+from fedsim.experiment.config.schema import ExperimentConfig
 from fedsim.config.typed import parse_layered, to_plain
 from fedsim.errors import UserError
 from fedsim.plugins import load_plugins, plugin_dir

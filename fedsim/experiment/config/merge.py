@@ -18,7 +18,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import yaml
 
-from fedsim.config import yaml_syntax
+from fedsim.experiment.config import yaml_syntax
 from fedsim.errors import UserError
 
 # Keys whose value picks a registry entry: changing one replaces its section.

@@ -13,7 +13,8 @@ import time
 
 import numpy as np
 
-from fedsim.runtime import quiet, signals
+from fedsim.backend import quiet
+from fedsim.runtime import signals
 from fedsim.runtime.session import session
 
 tff = quiet.import_tff()

@@ -17,7 +17,7 @@ import numpy as np
 
 from fedsim.errors import RunFailed
 from fedsim import runtime
-from fedsim.runtime import quiet
+from fedsim.backend import quiet
 from fedsim.runtime import session as runtime_session
 from fedsim.runtime import worker as runtime_worker
 
