@@ -140,14 +140,16 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
                        resume_after_round=start if resume_from is not None else None)
     history = read_metrics_csv(csv_sink.path) if start and csv_sink.path.exists() else []
     sinks = CompositeSink([csv_sink, TensorBoardSink(run_dir)])
-    # Eval accuracy against cumulative simulated seconds (TensorBoard's step axis).
+    # Eval accuracy against cumulative simulated milliseconds (TensorBoard's step axis).
     time_sink = TensorBoardSink(run_dir / "simulated_time")
+    time_step = _last_time_step(history)
     for round_num in range(start + 1, config.rounds + 1):
       state, metrics, simulated_total = _play_round(
           sim, state, states, round_num, simulated_total, sizes, run_dir)
       if round_num % config.eval.every == 0 or round_num == config.rounds:
         metrics.update(sim.evaluate(sim.algorithm.model_weights(state)))
-        time_sink.write(round(simulated_total), {"eval/accuracy": metrics["eval/accuracy"]})
+        time_step = _time_step(simulated_total, time_step)
+        time_sink.write(time_step, {"eval/accuracy": metrics["eval/accuracy"]})
       sinks.write(round_num, metrics)
       history.append(metrics)
       bar.update(round_num, metrics)
@@ -183,6 +185,25 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
   finally:
     bar.close()
   return result
+
+
+def _time_step(simulated_seconds: float, previous: int) -> int:
+  """The `simulated_time` step of an evaluation: simulated milliseconds.
+
+  An evaluation after rounds that took no simulated time (every sampled
+  client failed, no deadline) goes 1 ms after the previous one, so each
+  evaluation keeps its own point (TensorBoard keeps one value per step).
+  """
+  return max(round(simulated_seconds * 1000), previous + 1)
+
+
+def _last_time_step(history: list[dict[str, float]]) -> int:
+  """The step of the last evaluation logged in `history` (-1 if none), for a resumed run."""
+  step = -1
+  for row in history:
+    if "eval/accuracy" in row:
+      step = _time_step(row["simulated_seconds"], step)
+  return step
 
 
 def _record_ending(error: BaseException, run_dir: pathlib.Path,

@@ -6,7 +6,7 @@ this module cuts the rest, so that every reader sees each round once:
 
 * TensorBoard event files (the run directory and `simulated_time/`) are
   rewritten without the events logged after the checkpoint was taken. The
-  cut is by wall time, because `simulated_time/` steps are simulated seconds,
+  cut is by wall time, because `simulated_time/` steps are simulated milliseconds,
   not rounds, and the HParams summary of a completed run (extended with more
   rounds) is logged at step 0; in the run directory, steps after R go too.
   Rewriting beats TensorBoard's purge-on-restart (a SessionLog START event):

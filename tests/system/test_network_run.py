@@ -1,4 +1,5 @@
-"""Runs on the simulated network: round time from the bits the run sends, late uploads."""
+"""Runs on the simulated network: round time from the bits the run sends, late uploads,
+and the TensorBoard curve of accuracy against simulated time."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import numpy as np
 import pytest
 
 import fedsim
+from tests.resume.events import steps_by_tag
 
 UP_BPS = 10_000.0
 BASE = {
@@ -35,7 +37,18 @@ def test_8bit_uploads_shorten_rounds_by_the_measured_bits_ratio(tff_runtime, tmp
     for row in rows:  # The late 4th client sent its upload too.
       assert row["clients/late"] == 1 and row["late_upload_bits"] == per_client
       assert row["aggregate_bits"] == 4 * per_client
+    steps = steps_by_tag(result.run_dir / "simulated_time")["eval/accuracy"]
+    assert steps == [round(r["simulated_seconds"] * 1000) for r in rows]
   (t_none, bits_none), (t_u8, bits_u8) = rounds["none"], rounds["u8"]
   assert bits_none / bits_u8 > 2.5
   np.testing.assert_allclose(t_none / t_u8, bits_none / bits_u8, rtol=1e-6)
 
+
+@pytest.mark.slow
+def test_simulated_time_curve_has_a_point_per_evaluation_when_no_time_passes(
+    tff_runtime, tmp_path):
+  # Every client fails: no round takes simulated time, yet each evaluation is a point.
+  config = dict(BASE, system={"dropout_probability": 0.99}, backup_clients=0)
+  result = fedsim.run(config, logdir=tmp_path)
+  assert [r["simulated_seconds"] for r in result.metrics] == [0.0, 0.0, 0.0]
+  assert steps_by_tag(result.run_dir / "simulated_time")["eval/accuracy"] == [0, 1, 2]
