@@ -219,3 +219,8 @@ def parse_compression(data: Any, key: str = "compression") -> CompressionSpec:
   return CompressionSpec(**{
       name: parse_direction(data[name], f"{key}.{name}")
       for name in _DIRECTIONS if data.get(name) is not None})
+
+
+# The encoders papers compare (qsgd, terngrad, sign, drive, topk, randk, kashin)
+# register themselves exactly as a plugin's would.
+from fedsim.compression import papers as _papers  # noqa: E402,F401

@@ -1,0 +1,147 @@
+"""The encoders compression papers compare, registered as `encoder: NAME`.
+
+Each entry is a chain of tensor_encoding stages: fedsim's own (in
+`fedsim.compression.stages`) or tensor_encoding's, ending in bit packing where
+the symbols are small integers (28 bits to an int32, see
+`tensor_encoding_api.quantization_encoder`). Wire cost per encoded tensor of
+n elements (n' = n padded to a power of two where a rotation pads):
+
+  qsgd      ceil(n * b / 28) int32, b = ceil(log2(2 * levels + 1)), + 1 float scale
+  terngrad  ceil(n * 2 / 28) int32 + 1 float scale
+  sign      ceil(n / 28) int32 + 1 float scale
+  drive     ceil(n' / 28) int32 + 1 float scale + 2 int32 rotation seed
+  topk      k float values + k int32 indices
+  randk     k float values + 2 int32 seed of the coordinates drawn
+  kashin    ceil(m * bits / 28) int32 + 2 floats (min, max) + 2 int32 seed, m
+            Kashin coefficients: n' (2 * n' when n > 0.85 * n')
+
+TensorFlow is imported inside the builders, when a process is built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Literal
+
+from fedsim.compression import ENCODERS
+from fedsim.config.typed import bounded
+from fedsim.registry import NoParams
+
+
+@dataclasses.dataclass(frozen=True)
+class QSGDParams:
+  """`levels` (QSGD's s) steps between 0 and ||x||_2 for each coordinate's magnitude."""
+
+  levels: int = bounded(7, min=1, max=32767)
+
+
+def packed_bits(levels: int) -> int:
+  """Bits of one symbol in [0, 2 * levels]: ceil(log2(2 * levels + 1))."""
+  return math.ceil(math.log2(2 * levels + 1))
+
+
+@ENCODERS.register("qsgd", params=QSGDParams)
+def _qsgd(params: QSGDParams) -> Any:
+  """QSGD (Alistarh et al. 2017): stochastic rounding of |x_i| to s levels of ||x||_2, unbiased."""
+  from fedsim.compression import tensor_encoding_api as te_api
+  from fedsim.compression.stages.levels import L2, StochasticLevelsStage
+  return te_api.chain(te_api.stages.FlattenEncodingStage(),
+                      StochasticLevelsStage(params.levels, L2),
+                      te_api.stages.BitpackingEncodingStage(packed_bits(params.levels)))
+
+
+@ENCODERS.register("terngrad")
+def _terngrad(params: NoParams) -> Any:
+  """TernGrad (Wen et al. 2017): max|x| * sign(x_i) * Bernoulli(|x_i| / max|x|), 2 bits each."""
+  del params
+  from fedsim.compression import tensor_encoding_api as te_api
+  from fedsim.compression.stages.levels import MAX, StochasticLevelsStage
+  return te_api.chain(te_api.stages.FlattenEncodingStage(),
+                      StochasticLevelsStage(1, MAX),
+                      te_api.stages.BitpackingEncodingStage(packed_bits(1)))
+
+
+@ENCODERS.register("sign")
+def _sign(params: NoParams) -> Any:
+  """Scaled signSGD: 1 bit per coordinate and one scale ||x||_1 / n (biased)."""
+  del params
+  from fedsim.compression import tensor_encoding_api as te_api
+  from fedsim.compression.stages.sign import MEAN_ABS, SignStage
+  return te_api.chain(te_api.stages.FlattenEncodingStage(), SignStage(MEAN_ABS),
+                      te_api.stages.BitpackingEncodingStage(1))
+
+
+@dataclasses.dataclass(frozen=True)
+class DriveParams:
+  """DRIVE's scale: `unbiased` ||x||^2 / ||Rx||_1 or `mse` ||Rx||_1 / n (least error)."""
+
+  scale: Literal["unbiased", "mse"] = "unbiased"
+
+
+@ENCODERS.register("drive", params=DriveParams)
+def _drive(params: DriveParams) -> Any:
+  """DRIVE (Vargaftik et al. 2021): randomized Hadamard rotation, 1 bit per coordinate, one scale."""
+  from fedsim.compression import tensor_encoding_api as te_api
+  from fedsim.compression.stages.sign import MEAN_ABS, UNBIASED, SignStage
+  return te_api.chain(te_api.stages.FlattenEncodingStage(), te_api.SeededHadamardStage(),
+                      SignStage(UNBIASED if params.scale == "unbiased" else MEAN_ABS),
+                      te_api.stages.BitpackingEncodingStage(1))
+
+
+@dataclasses.dataclass(frozen=True)
+class SparsifyParams:
+  """Coordinates kept per tensor: `k` if positive, else ceil(`fraction` * n)."""
+
+  fraction: float = bounded(0.01, gt=0.0, max=1.0)
+  k: int = bounded(0, min=0)
+
+
+@ENCODERS.register("topk", params=SparsifyParams)
+def _topk(params: SparsifyParams) -> Any:
+  """Top-k: the k largest |x_i|, sent as k float values and k int32 indices."""
+  from fedsim.compression import tensor_encoding_api as te_api
+  from fedsim.compression.stages.sparsify import TopKStage
+  return te_api.chain(te_api.stages.FlattenEncodingStage(),
+                      TopKStage(params.fraction, params.k))
+
+
+@dataclasses.dataclass(frozen=True)
+class RandKParams(SparsifyParams):
+  """As top-k; `unbiased` scales the kept values by n / k so that E[decoded] = x."""
+
+  unbiased: bool = True
+
+
+@ENCODERS.register("randk", params=RandKParams)
+def _randk(params: RandKParams) -> Any:
+  """Random-k: k uniformly drawn coordinates, sent as k float values and the 64-bit seed."""
+  from fedsim.compression import tensor_encoding_api as te_api
+  from fedsim.compression.stages.sparsify import RandKStage
+  return te_api.chain(te_api.stages.FlattenEncodingStage(),
+                      RandKStage(params.fraction, params.k, params.unbiased))
+
+
+@dataclasses.dataclass(frozen=True)
+class KashinParams:
+  """Kashin's representation, then `bits`-bit quantization of its coefficients.
+
+  `delta` sets the first clipping level ||x|| / sqrt(delta * m), `eta` (< 1)
+  its decay per iteration (tensor_encoding's parameters).
+  """
+
+  bits: int = bounded(2, min=1, max=16)
+  eta: float = bounded(0.9, gt=0.0, max=0.99)
+  delta: float = bounded(1.0, gt=0.0)
+  iterations: int = bounded(3, min=1)
+
+
+@ENCODERS.register("kashin", params=KashinParams)
+def _kashin(params: KashinParams) -> Any:
+  """Kashin representation (Lyubarskii & Vershynin 2010) then stochastic uniform quantization."""
+  from fedsim.compression import tensor_encoding_api as te_api
+  return te_api.chain(
+      te_api.stages.FlattenEncodingStage(),
+      te_api.SeededKashinStage(params.eta, params.delta, params.iterations),
+      te_api.SeededUniformQuantizationStage(params.bits, stochastic=True),
+      te_api.stages.BitpackingEncodingStage(params.bits))
