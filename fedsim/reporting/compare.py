@@ -174,6 +174,7 @@ def compare_runs(experiment_dir: str | os.PathLike) -> list[dict[str, Any]]:
         ratio = reference.mean_bits_per_client(direction) / mine
       row[f"{direction}_ratio"] = ratio
     row["reference"] = reference.name if reference is not None else None
+    row[_EPSILON] = next((r[_EPSILON] for r in reversed(run.metrics) if _EPSILON in r), None)
     rows.append(row)
   return rows
 
@@ -182,7 +183,7 @@ def _cell(value: Any, kind: str) -> str:
   if value is None:
     return "n/a" if kind == "ratio" else "-"
   return {"accuracy": lambda v: f"{v:.4f}", "bits": format_bits,
-          "ratio": lambda v: f"{v:.2f}x"}.get(kind, str)(value)
+          "ratio": lambda v: f"{v:.2f}x", "epsilon": lambda v: f"{v:.4g}"}.get(kind, str)(value)
 
 
 _COLUMNS = (("variant", "variant", "text"), ("status", "status", "text"),
@@ -190,13 +191,18 @@ _COLUMNS = (("variant", "variant", "text"), ("status", "status", "text"),
             ("broadcast_bits", "broadcast", "bits"), ("aggregate_bits", "aggregate", "bits"),
             ("broadcast_ratio", "broadcast ratio", "ratio"),
             ("aggregate_ratio", "aggregate ratio", "ratio"))
+_EPSILON = "privacy/epsilon"
+_EPSILON_COLUMN = (_EPSILON, "epsilon", "epsilon")
 
 
 def format_comparison(rows: Sequence[Mapping[str, Any]]) -> str:
-  """The rows of `compare_runs` as an aligned text table plus a note on ratios."""
-  table = [[title for _, title, _ in _COLUMNS]]
-  table += [[_cell(row.get(key), kind) for key, _, kind in _COLUMNS] for row in rows]
-  widths = [max(len(line[i]) for line in table) for i in range(len(_COLUMNS))]
+  """The rows of `compare_runs` as an aligned text table plus a note on ratios
+  (and an epsilon column when a run is differentially private)."""
+  columns = _COLUMNS + ((_EPSILON_COLUMN,) if any(r.get(_EPSILON) is not None for r in rows)
+                        else ())
+  table = [[title for _, title, _ in columns]]
+  table += [[_cell(row.get(key), kind) for key, _, kind in columns] for row in rows]
+  widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
   lines = ["  ".join(cell.ljust(w) if i < 3 else cell.rjust(w)
                      for i, (cell, w) in enumerate(zip(line, widths))).rstrip()
            for line in table]

@@ -73,7 +73,7 @@ def experiment(tmp_path):
 
 
 def test_rows_hold_totals_accuracy_and_per_client_ratios(experiment):
-  common = {"reference": "none"}
+  common = {"reference": "none", "privacy/epsilon": None}
   assert compare_runs(experiment) == [
       {"variant": "none", "status": "completed", "rounds": 2, "eval/accuracy": 0.75,
        "broadcast_bits": 20_000, "aggregate_bits": 21_280,
@@ -190,3 +190,19 @@ def test_cli_bad_path_exits_2_with_one_line(tmp_path):
   assert result.returncode == 2
   assert result.stdout == ""
   assert result.stderr == f"fedsim: error: {missing}: no such directory\n"
+
+
+def test_differentially_private_runs_add_an_epsilon_column(tmp_path):
+  root = tmp_path / "dp"
+  _write_run(root, "plain", _rows((1000, 1000), [0.9]), started=1)
+  private = _rows((1000, 1000), [0.5, 0.7])
+  for row, epsilon in zip(private, (3.25, 4.5)):
+    row["privacy/epsilon"] = epsilon
+  _write_run(root, "noised", private, started=2)
+  rows = compare_runs(root)
+  assert [row["privacy/epsilon"] for row in rows] == [None, 4.5]
+  header, plain, noised = format_comparison(rows).splitlines()[:3]
+  assert header.split()[-1] == "epsilon"
+  assert plain.split()[-1] == "-" and noised.split()[-1] == "4.5"
+  _write_run(tmp_path / "no_dp", "x", _rows((1, 1), [0.1]))
+  assert "epsilon" not in format_comparison(compare_runs(tmp_path / "no_dp"))
