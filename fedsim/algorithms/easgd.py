@@ -20,6 +20,7 @@ import collections
 import dataclasses
 
 from fedsim.algorithms import ALGORITHMS, ClientPlan, FederatedAlgorithm, Task
+from fedsim.algorithms.accumulation import GradientAccumulation, accumulation_field
 from fedsim.config.typed import Component, bounded, component
 from fedsim.learning.optimizers import OPTIMIZERS
 
@@ -30,8 +31,7 @@ class EasgdParams:
   moving_rate: float = bounded(0.1, gt=0, max=1)      # alpha
   rho: float = bounded(0.0, min=0)                    # elastic strength in local steps
   communication_period: int = bounded(10, min=1)      # tau: local steps per round
-  gradient_accumulation_steps: int = bounded(1, min=1)
-  average_accumulated_gradients: bool = True
+  gradient_accumulation: GradientAccumulation = accumulation_field()
 
   def aggregation_kind(self) -> str:
     return "sum"  # the center moves by the sum of the clients' elastic differences
@@ -45,17 +45,18 @@ def build_easgd(params: EasgdParams, task: Task) -> FederatedAlgorithm:
   import tensorflow_federated as tff
 
   from fedsim.learning import client_work, local_training, stages
+  from fedsim.learning.optimizers import state_as_arrays, stored_or_initial
 
   optimizer = OPTIMIZERS.get(params.client_optimizer.name).build(params.client_optimizer.params)
-  specs = tuple(tf.TensorSpec(w.shape, tf.float32) for w in task.model.initial_weights.trainable)
-  # Hyperparameters in TFF optimizer states are Python floats: store them as
-  # float32 tensors so the state has one fixed type on disk and in TFF.
-  fresh_optimizer_state = tf.nest.map_structure(
-      lambda v: np.asarray(tf.convert_to_tensor(v)), optimizer.initialize(specs))
+  trainable = task.model.initial_weights.trainable
+  specs = tuple(tf.TensorSpec(w.shape, tf.float32) for w in trainable)
+  accumulation = params.gradient_accumulation.for_training()
   initial_client_state = collections.OrderedDict(
       initialized=np.float32(0.0),
-      weights=tuple(np.zeros_like(w) for w in task.model.initial_weights.trainable),
-      optimizer_state=fresh_optimizer_state)
+      weights=tuple(np.zeros_like(w) for w in trainable),
+      optimizer_state=state_as_arrays(optimizer, specs))
+  if accumulation.carry:
+    initial_client_state["window"] = client_work.empty_window_arrays(trainable)
   predict = task.model.predict
   alpha, rho = params.moving_rate, params.rho
 
@@ -64,25 +65,25 @@ def build_easgd(params: EasgdParams, task: Task) -> FederatedAlgorithm:
     seen = client_state["initialized"] > 0
     local = tuple(tf.where(seen, w, c) for w, c in zip(client_state["weights"], center))
     fresh = tf.nest.map_structure(tf.convert_to_tensor, optimizer.initialize(specs))
-    stored = tf.nest.pack_sequence_as(fresh, tf.nest.flatten(client_state["optimizer_state"]))
-    opt_state = tf.nest.map_structure(lambda s, f: tf.where(seen, s, f), stored, fresh)
+    opt_state = stored_or_initial(seen, client_state["optimizer_state"], fresh)
 
     def elastic(weights):
       return tuple(rho * (w - c) for w, c in zip(weights, center))
 
-    trained, opt_state, stats = local_training.train(
-        predict, optimizer, local, opt_state, batches,
-        accumulation_steps=params.gradient_accumulation_steps,
-        average_accumulated=params.average_accumulated_gradients,
-        extra_gradient=elastic if rho > 0 else None, pad_label=task.model.pad_label)
-    diff = tuple(t - c for t, c in zip(trained, center))
+    result = local_training.train(
+        predict, optimizer, local, opt_state, batches, accumulation,
+        extra_gradient=elastic if rho > 0 else None, pad_label=task.model.pad_label,
+        window=client_state["window"] if accumulation.carry else None)
+    diff = tuple(t - c for t, c in zip(result.weights, center))
     new_state = collections.OrderedDict(
         initialized=tf.constant(1.0),
-        weights=tuple(t - alpha * d for t, d in zip(trained, diff)),
-        optimizer_state=opt_state)
+        weights=tuple(t - alpha * d for t, d in zip(result.weights, diff)),
+        optimizer_state=result.optimizer_state)
+    if accumulation.carry:
+      new_state["window"] = client_work.window_state(result.window)
     # The server applies `center - 1.0 * update`, so the update is -alpha d_i.
     update = tuple(-alpha * d for d in diff)
-    return update, tf.constant(1.0), stats, new_state
+    return update, tf.constant(1.0), result.stats, new_state
 
   work = client_work.build_stateful_client_work(
       task.model.weights_type, task.model.client_data_type(task.batch_size),

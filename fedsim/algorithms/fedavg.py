@@ -15,6 +15,7 @@ import dataclasses
 from typing import Literal
 
 from fedsim.algorithms import ALGORITHMS, ClientPlan, FederatedAlgorithm, Task
+from fedsim.algorithms.accumulation import GradientAccumulation, accumulation_field
 from fedsim.config.typed import Component, bounded, component
 from fedsim.learning.optimizers import OPTIMIZERS
 
@@ -25,8 +26,7 @@ class FedAvgParams:
   server_optimizer: Component = component(OPTIMIZERS, {"name": "sgd", "learning_rate": 1.0})
   local_steps: int | None = bounded(None, min=1)  # overrides data.epochs when set
   client_weighting: Literal["num_examples", "uniform"] = "num_examples"
-  gradient_accumulation_steps: int = bounded(1, min=1)
-  average_accumulated_gradients: bool = True
+  gradient_accumulation: GradientAccumulation = accumulation_field()
 
   def aggregation_kind(self) -> str:
     return "weighted_mean" if self.client_weighting == "num_examples" else "mean"
@@ -35,14 +35,13 @@ class FedAvgParams:
 @ALGORITHMS.register("fedavg", params=FedAvgParams)
 def build_fedavg(params: FedAvgParams, task: Task) -> FederatedAlgorithm:
   """Federated averaging with client and server optimizers."""
-  from fedsim.learning import stages
-  client_work = stages.model_delta_client_work(
+  from fedsim.learning import client_work, stages
+  work = client_work.model_delta_client_work(
       task, OPTIMIZERS.get(params.client_optimizer.name).build(params.client_optimizer.params),
       uniform_weighting=params.client_weighting == "uniform",
-      accumulation_steps=params.gradient_accumulation_steps,
-      average_accumulated=params.average_accumulated_gradients)
+      accumulation=params.gradient_accumulation.for_training())
   return stages.compose_model_update_algorithm(
-      task, client_work,
+      task, work,
       server_optimizer=OPTIMIZERS.get(params.server_optimizer.name).build(
           params.server_optimizer.params),
       aggregation=params.aggregation_kind(),

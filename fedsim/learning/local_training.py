@@ -7,10 +7,10 @@ dominated round time. Padding rows carry mask 0 and add nothing to the loss;
 a batch with no target (no real example, or only padding tokens) is skipped
 entirely (no optimizer step).
 
-Gradient accumulation: the gradients of `accumulation_steps` consecutive
-batches are summed, or averaged, and applied in one optimizer step. When that
-number does not divide the number of batches, the remainder is applied at the
-end of local training.
+Gradient accumulation (Horovod's `backward_passes_per_step`): the gradients
+of consecutive batches are summed into a window and applied in one optimizer
+step; see `Accumulation` for what they are divided by and what happens to a
+partial last window.
 """
 
 from __future__ import annotations
@@ -99,9 +99,45 @@ def batch_gradient(predict, weights, x, y, mask, extra_gradient=None, pad_label=
   return grads, stats
 
 
+class Accumulation(NamedTuple):
+  """How the gradients of consecutive batches make one optimizer step.
+
+  `steps` backward passes (batches with a target) fill a window; its summed
+  gradient is divided by `divide_by`: 'window' (the passes in it: the mean of
+  the batch means), 'backward_passes' (the constant `steps`, as Horovod's
+  `average_aggregated_gradients`), 'examples' (the targets it covers: the
+  mean over every example in the window, exact with short batches) or 'none'
+  (the sum, Horovod's default). A partial last window is applied at the end
+  of local training, or with `carry` kept (as Horovod's accumulator variables
+  keep it) for the client's next local training. `count_passes`: the
+  optimizer's iteration count (Adam's bias correction) advances by every
+  backward pass, as Horovod increments `optimizer.iterations`, not once per
+  applied window.
+  """
+
+  steps: int = 1
+  divide_by: str = "window"
+  carry: bool = False
+  count_passes: bool = False
+
+
+def empty_window(weights: Weights) -> dict:
+  """An accumulation window with nothing in it (see `train`)."""
+  return {"grads": tuple(tf.zeros_like(w) for w in weights),
+          "passes": tf.constant(0.0), "targets": tf.constant(0.0)}
+
+
+class TrainResult(NamedTuple):
+  weights: Weights
+  optimizer_state: Any
+  stats: BatchStats
+  window: dict   # the partial window carried over (empty unless `carry`)
+
+
 def train(predict: Callable, optimizer, weights: Weights, optimizer_state, batches,
-          accumulation_steps: int = 1, average_accumulated: bool = True,
-          extra_gradient: Callable | None = None, pad_label: int | None = None):
+          accumulation: Accumulation = Accumulation(),
+          extra_gradient: Callable | None = None, pad_label: int | None = None,
+          window: dict | None = None) -> TrainResult:
   """Runs local training over every batch in `batches`.
 
   Args:
@@ -110,50 +146,65 @@ def train(predict: Callable, optimizer, weights: Weights, optimizer_state, batch
     weights: tuple of float tensors, the starting trainable weights.
     optimizer_state: the optimizer's state (from `optimizer.initialize`).
     batches: a mapping with `x`, `y`, `mask` tensors with a leading step axis.
-    accumulation_steps: batches whose gradients make one optimizer step.
-    average_accumulated: average (True) or sum (False) accumulated gradients.
+    accumulation: how batch gradients make optimizer steps.
     extra_gradient: optional `weights -> gradient` added to every batch
       gradient (e.g. elastic averaging's pull toward the center model).
     pad_label: label of padding positions in sequence targets, or None.
+    window: a window carried from the client's last local training
+      (`{'grads', 'passes', 'targets'}`), or None for an empty one.
 
   Returns:
-    `(weights, optimizer_state, BatchStats)` after the last step.
+    The `TrainResult` after the last step.
   """
+  from fedsim.learning.optimizers import advance_iterations
   weights = tuple(weights)
   num_steps = tf.shape(batches["mask"])[0]
-  k = tf.constant(accumulation_steps)
-  zeros = tuple(tf.zeros_like(w) for w in weights)
+  steps = float(accumulation.steps)
+  by_examples = accumulation.divide_by == "examples"
+  divisors = {"window": lambda w: w["passes"], "backward_passes": lambda w: steps,
+              "examples": lambda w: w["targets"], "none": lambda w: 1.0}
+  divisor = divisors[accumulation.divide_by]
+  empty = empty_window(weights)
+  # One container type through the loop, whatever the caller's mapping type.
+  window = empty if window is None else {
+      "grads": tuple(window["grads"]), "passes": window["passes"],
+      "targets": window["targets"]}
 
-  def step(i, weights, opt_state, acc, acc_count, stats):
+  def step(i, weights, opt_state, window, stats):
     x, y, mask = batches["x"][i], batches["y"][i], batches["mask"][i]
-    has_examples = num_targets(y, mask, pad_label) > 0
+    has_targets = num_targets(y, mask, pad_label) > 0
 
     def accumulate():
       grads, batch_stats = batch_gradient(
           predict, weights, x, y, mask, extra_gradient, pad_label)
-      return (tuple(a + g for a, g in zip(acc, grads)), acc_count + 1.0,
+      scale = batch_stats.num_targets if by_examples else 1.0
+      return ({"grads": tuple(a + scale * g for a, g in zip(window["grads"], grads)),
+               "passes": window["passes"] + 1.0,
+               "targets": window["targets"] + batch_stats.num_targets},
               add_stats(stats, batch_stats))
 
-    acc, acc_count, stats = tf.cond(
-        has_examples, accumulate, lambda: (acc, acc_count, stats))
-    apply_now = tf.logical_and(
-        tf.logical_or(tf.equal((i + 1) % k, 0), tf.equal(i, num_steps - 1)),
-        acc_count > 0)
+    window, stats = tf.cond(has_targets, accumulate, lambda: (window, stats))
+    last = tf.equal(i, num_steps - 1)
+    apply_now = tf.logical_or(
+        window["passes"] >= steps,
+        tf.logical_and(last, window["passes"] > 0) if not accumulation.carry else False)
 
     def apply():
-      scale = 1.0 / acc_count if average_accumulated else 1.0
-      grads = tuple(a * scale for a in acc)
-      new_state, new_weights = optimizer.next(opt_state, weights, grads)
-      return tuple(new_weights), new_state, zeros, tf.constant(0.0)
+      grads = tuple(a / divisor(window) for a in window["grads"])
+      state = opt_state
+      if accumulation.count_passes:
+        state = advance_iterations(state, window["passes"] - 1.0)
+      new_state, new_weights = optimizer.next(state, weights, grads)
+      return tuple(new_weights), new_state, empty
 
-    weights, opt_state, acc, acc_count = tf.cond(
-        apply_now, apply, lambda: (weights, opt_state, acc, acc_count))
-    return i + 1, weights, opt_state, acc, acc_count, stats
+    weights, opt_state, window = tf.cond(
+        apply_now, apply, lambda: (weights, opt_state, window))
+    return i + 1, weights, opt_state, window, stats
 
-  _, weights, optimizer_state, _, _, stats = tf.while_loop(
+  _, weights, optimizer_state, window, stats = tf.while_loop(
       lambda i, *_: i < num_steps, step,
-      (tf.constant(0), weights, optimizer_state, zeros, tf.constant(0.0), zero_stats()))
-  return weights, optimizer_state, stats
+      (tf.constant(0), weights, optimizer_state, window, zero_stats()))
+  return TrainResult(weights, optimizer_state, stats, window)
 
 
 def gradient(predict: Callable, weights: Weights, batches, pad_label: int | None = None):

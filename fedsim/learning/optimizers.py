@@ -74,3 +74,39 @@ def build_adagrad(p: AdagradParams):
   return tff.learning.optimizers.build_adagrad(
       learning_rate=p.learning_rate,
       initial_preconditioner_value=p.initial_accumulator_value, epsilon=p.epsilon)
+
+
+def advance_iterations(state, count):
+  """`state` with its iteration count advanced by `count` (a float tensor).
+
+  Only optimizers with bias correction count iterations (TFF's Adam, AdamW
+  and Yogi keep it as `step`); the others' state is returned unchanged.
+  """
+  import tensorflow as tf
+  if not (isinstance(state, dict) and "step" in state):
+    return state
+  step = tf.convert_to_tensor(state["step"])
+  advanced = type(state)(state)
+  advanced["step"] = step + tf.cast(count, step.dtype)
+  return advanced
+
+
+def state_as_arrays(optimizer, specs):
+  """The optimizer's initial state for weights of `specs`, as NumPy arrays.
+
+  TFF keeps hyperparameters as Python numbers; as arrays the state has one
+  fixed type, on disk (client states) and in TFF computations.
+  """
+  import numpy as np
+  import tensorflow as tf
+  return tf.nest.map_structure(lambda v: np.asarray(tf.convert_to_tensor(v)),
+                               optimizer.initialize(specs))
+
+
+def stored_or_initial(seen, stored, initial):
+  """`stored` where `seen` (a bool tensor) holds, else `initial`: the same nested
+  structure of tensors (e.g. a client's optimizer state, or its local model)."""
+  import tensorflow as tf
+  stored = tf.nest.pack_sequence_as(initial, tf.nest.flatten(stored))
+  return tf.nest.map_structure(lambda s, i: tf.where(seen, s, tf.cast(i, s.dtype)),
+                               stored, initial)

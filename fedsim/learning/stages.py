@@ -12,7 +12,7 @@ import tensorflow_federated as tff
 
 from fedsim.aggregation.chain import build_broadcast, build_chain
 from fedsim.errors import UserError
-from fedsim.learning import client_work, composer, local_training
+from fedsim.learning import client_work, composer
 from fedsim.task import FederatedAlgorithm
 
 
@@ -51,27 +51,6 @@ def update_aggregator(task, update_type, aggregation: str):
     raise UserError(f"aggregation: TFF cannot build the chain [{names}] for the model"
                     f" update: {reason}") from None
   return _drop_weight(process), plan
-
-
-def model_delta_client_work(task, optimizer, uniform_weighting: bool,
-                            accumulation_steps: int = 1, average_accumulated: bool = True):
-  """Client work that trains locally and sends `initial - trained` weights."""
-  predict = task.model.predict
-  trainable_specs = tuple(
-      tf.TensorSpec(w.shape, w.dtype) for w in task.model.initial_weights.trainable)
-
-  def update_fn(model_weights, batches):
-    start = tuple(model_weights.trainable)
-    trained, _, stats = local_training.train(
-        predict, optimizer, start, optimizer.initialize(trainable_specs), batches,
-        accumulation_steps=accumulation_steps, average_accumulated=average_accumulated,
-        pad_label=task.model.pad_label)
-    delta = tuple(s - t for s, t in zip(start, trained))
-    weight = tf.constant(1.0) if uniform_weighting else stats.num_examples
-    return delta, weight, stats
-
-  data_type = task.model.client_data_type(task.batch_size)
-  return client_work.build_client_work(task.model.weights_type, data_type, update_fn)
 
 
 def compose_model_update_algorithm(task, work: client_work.ClientWork, server_optimizer,

@@ -45,7 +45,7 @@ def test_fedavg_two_rounds_match_numpy(tff_runtime, weighting, server_lr):
   for data in rounds:
     deltas, counts = [], []
     for client in data:
-      wi, bi = reference.sgd_train(w, b, client, 0.4)
+      wi, bi = reference.local_sgd(w, b, client, 0.4)
       deltas.append((w - wi, b - bi))
       counts.append(client["mask"].sum() if weighting == "num_examples" else 1.0)
     total = sum(counts)
@@ -67,7 +67,7 @@ def test_uniform_weighting_is_plain_mean_of_client_models(tff_runtime):
   data = _clients(5, [(1, 1), (5, 0)])
   weights, _ = _run(alg, [data])
   w, b = [np.array(v) for v in model.initial_weights.trainable]
-  trained = [reference.sgd_train(w, b, c, 0.3) for c in data]
+  trained = [reference.local_sgd(w, b, c, 0.3) for c in data]
   np.testing.assert_allclose(weights[0], np.mean([t[0] for t in trained], axis=0), atol=1e-6)
   np.testing.assert_allclose(weights[1], np.mean([t[1] for t in trained], axis=0), atol=1e-6)
 
@@ -87,5 +87,5 @@ def test_train_metrics_are_example_weighted(tff_runtime):
       x, y = client["x"][i][real], client["y"][i][real]
       losses += reference.mean_loss(wi, bi, x, y) * len(y)
       n += len(y)
-      wi, bi = reference.sgd_train(wi, bi, {k: v[i:i + 1] for k, v in client.items()}, 0.1)
+      wi, bi = reference.local_sgd(wi, bi, {k: v[i:i + 1] for k, v in client.items()}, 0.1)
   np.testing.assert_allclose(float(metrics[0]["client_work"]["loss"]), losses / n, rtol=1e-5)

@@ -51,7 +51,7 @@ def _leaves(value):
     ({"client_optimizer": {"name": "sgd", "learning_rate": 0.4}}, None, 1),
     ({"client_optimizer": {"name": "adam", "learning_rate": 0.05},
       "server_optimizer": {"name": "sgd", "learning_rate": 0.7, "momentum": 0.9},
-      "client_weighting": "uniform", "gradient_accumulation_steps": 2}, None, 2**26),
+      "client_weighting": "uniform", "gradient_accumulation": {"steps": 2}}, None, 2**26),
     ({"client_optimizer": {"name": "sgd", "learning_rate": 0.4}},
      {"broadcast": {"encoder": "uniform", "bits": 8, "min_elements": 1,
                     "rounding": "deterministic"},
