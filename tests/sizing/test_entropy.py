@@ -1,0 +1,53 @@
+"""Entropy-coded bits of quantized symbols against SciPy's entropy."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from fedsim.sizing.entropy import entropy_bits, raw_bits
+
+
+def _reference(symbols, alphabet_size):
+  """SciPy's empirical entropy, times n, plus a table of counts; raw when that is larger."""
+  n = symbols.size
+  counts = np.bincount(symbols, minlength=alphabet_size)
+  coded = math.ceil(n * stats.entropy(counts, base=2)) + alphabet_size * math.ceil(math.log2(n + 1))
+  return min(coded, n * math.ceil(math.log2(alphabet_size)))
+
+
+@pytest.mark.parametrize("alphabet_size, n, distribution", [
+    (256, 20000, "normal"), (4, 20000, "normal"), (16, 5000, "uniform"),
+    (3, 10000, "skewed"), (2, 10, "uniform"), (256, 10, "normal"), (1, 100, "uniform"),
+])
+def test_entropy_bits_equal_scipy_and_never_exceed_raw(alphabet_size, n, distribution):
+  rng = np.random.default_rng(alphabet_size + n)
+  if distribution == "normal":   # quantization levels of a Gaussian: low entropy
+    symbols = np.clip(np.round(rng.normal(alphabet_size / 2, alphabet_size / 8, n)),
+                      0, alphabet_size - 1).astype(np.int64)
+  elif distribution == "skewed":
+    symbols = rng.choice(alphabet_size, n, p=np.linspace(1, 20, alphabet_size) /
+                         np.linspace(1, 20, alphabet_size).sum())
+  else:
+    symbols = rng.integers(0, alphabet_size, n)
+  bits = entropy_bits(symbols.astype(np.float32), alphabet_size)
+  assert bits == _reference(symbols, alphabet_size)
+  assert bits <= raw_bits(n, alphabet_size)
+
+
+def test_gaussian_levels_code_below_raw():
+  symbols = np.clip(np.round(np.random.default_rng(0).normal(128, 16, 20000)), 0, 255)
+  assert entropy_bits(symbols, 256) < 0.8 * raw_bits(20000, 256)
+
+
+def test_a_single_repeated_symbol_costs_only_its_table():
+  assert entropy_bits(np.full(1000, 2), 4) == 4 * math.ceil(math.log2(1001))
+
+
+@pytest.mark.parametrize("symbols", [[0, 4], [-1, 0], [0.5, 1]])
+def test_symbols_outside_the_alphabet_are_refused(symbols):
+  with pytest.raises(ValueError, match="integers in"):
+    entropy_bits(np.array(symbols), 4)
