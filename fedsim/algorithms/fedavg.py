@@ -7,6 +7,12 @@ Each sampled client i starts from the global model w and runs local training
 examples processed, or 1 for uniform weighting) the server forms
     Delta = sum_i n_i (w - w_i) / sum_i n_i,    w <- ServerOpt(w, Delta),
 which for server SGD with learning rate 1 is the weighted mean of the w_i.
+
+`client_optimizer_state: keep` follows coMind's FedAvg (seed 000), whose
+workers keep their optimizer slots across averaging intervals: each client
+keeps its optimizer state (momentum, Adam's moments and step) across the
+rounds it takes part in, on disk as client state. `reset` (the default, as
+McMahan et al. and TFF) starts the client optimizer fresh every round.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ class FedAvgParams:
   server_optimizer: Component = component(OPTIMIZERS, {"name": "sgd", "learning_rate": 1.0})
   local_steps: int | None = bounded(None, min=1)  # overrides data.epochs when set
   client_weighting: Literal["num_examples", "uniform"] = "num_examples"
+  client_optimizer_state: Literal["reset", "keep"] = "reset"
   gradient_accumulation: GradientAccumulation = accumulation_field()
 
   def aggregation_kind(self) -> str:
@@ -39,7 +46,8 @@ def build_fedavg(params: FedAvgParams, task: Task) -> FederatedAlgorithm:
   work = client_work.model_delta_client_work(
       task, OPTIMIZERS.get(params.client_optimizer.name).build(params.client_optimizer.params),
       uniform_weighting=params.client_weighting == "uniform",
-      accumulation=params.gradient_accumulation.for_training())
+      accumulation=params.gradient_accumulation.for_training(),
+      keep_optimizer_state=params.client_optimizer_state == "keep")
   return stages.compose_model_update_algorithm(
       task, work,
       server_optimizer=OPTIMIZERS.get(params.server_optimizer.name).build(

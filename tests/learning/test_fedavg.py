@@ -89,3 +89,98 @@ def test_train_metrics_are_example_weighted(tff_runtime):
       n += len(y)
       wi, bi = reference.local_sgd(wi, bi, {k: v[i:i + 1] for k, v in client.items()}, 0.1)
   np.testing.assert_allclose(float(metrics[0]["client_work"]["loss"]), losses / n, rtol=1e-5)
+
+
+def _run_stateful(alg, schedule):
+  """Runs rounds of [(client index, batches)], keeping client states as the run loop does."""
+  stored = {}
+  state = alg.process.initialize()
+  for clients in schedule:
+    ids = [idx for idx, _ in clients]
+    states = [stored.get(i, alg.initial_client_state) for i in ids]
+    state, _, new_states = alg.process.next(state, [c for _, c in clients], states)
+    stored.update(zip(ids, new_states))
+  return [np.asarray(w) for w in alg.model_weights(state).trainable], stored
+
+
+def _fedavg_reference(w, b, schedule, train_client):
+  """Example-weighted FedAvg, server SGD 1.0: the mean of the trained client models."""
+  params = [w, b]
+  for clients in schedule:
+    trained = [(train_client(idx, params, batches), batches["mask"].sum())
+               for idx, batches in clients]
+    total = sum(n for _, n in trained)
+    params = [sum(n * t[j] for t, n in trained) / total for j in range(2)]
+  return params
+
+
+SCHEDULE_SEEDS = [(21, [(0, (3, 1)), (1, (2, 0))]), (22, [(1, (2, 1)), (2, (1, 0))]),
+                  (23, [(0, (2, 0)), (2, (3, 1))])]
+
+
+def _schedule():
+  """3 rounds; clients 0, 1 and 2 each take part twice, never all together."""
+  out = []
+  for seed, clients in SCHEDULE_SEEDS:
+    data = _clients(seed, [shape for _, shape in clients])
+    out.append([(idx, d) for (idx, _), d in zip(clients, data)])
+  return out
+
+
+def test_kept_client_momentum_matches_comind(tff_runtime):
+  """client_optimizer_state: keep (coMind's seed 000): each client's momentum
+  accumulator survives between the rounds it takes part in."""
+  model = builders.task_model()
+  alg = builders.algorithm("fedavg", {
+      "client_optimizer": {"name": "sgd", "learning_rate": 0.3, "momentum": 0.9},
+      "client_optimizer_state": "keep"}, model)
+  schedule = _schedule()
+  weights, stored = _run_stateful(alg, schedule)
+
+  optimizers = {}
+
+  def train_client(idx, params, batches):
+    opt = optimizers.setdefault(idx, reference.Momentum(0.3, 0.9))
+    params = [p.copy() for p in params]
+    for x, y in reference.real_batches(batches):
+      params = opt.apply(params, reference.mean_grad(params, x, y))
+    return params
+
+  w, b = [np.array(v, np.float64) for v in model.initial_weights.trainable]
+  expected = _fedavg_reference(w, b, schedule, train_client)
+  np.testing.assert_allclose(weights[0], expected[0], atol=1e-5)
+  np.testing.assert_allclose(weights[1], expected[1], atol=1e-5)
+  for idx in (0, 1, 2):
+    accum = stored[idx]["optimizer_state"]["accumulator"]
+    np.testing.assert_allclose(accum[0], optimizers[idx].accum[0], atol=1e-5)
+  # Resetting momentum every round (the default) gives another model.
+  reset = builders.algorithm("fedavg", {
+      "client_optimizer": {"name": "sgd", "learning_rate": 0.3, "momentum": 0.9}}, model)
+  assert reset.initial_client_state is None
+  assert np.abs(_run(reset, [[c for _, c in r] for r in schedule])[0][0] - weights[0]).max() > 1e-3
+
+
+def test_carried_accumulation_window_matches_horovod(tff_runtime):
+  """remainder: carry: a client's partial window waits in its state for its next round."""
+  model = builders.task_model()
+  alg = builders.algorithm("fedavg", {
+      "client_optimizer": {"name": "sgd", "learning_rate": 0.3},
+      "gradient_accumulation": {"steps": 2, "divide_by": "backward_passes",
+                                "remainder": "carry"}}, model)
+  schedule = _schedule()
+  weights, stored = _run_stateful(alg, schedule)
+
+  helpers = {}
+
+  def train_client(idx, params, batches):
+    helper = helpers.setdefault(idx, reference.HorovodAggregation(2, True))
+    return reference.horovod_train([p.copy() for p in params], batches, reference.Sgd(0.3),
+                                   helper)
+
+  w, b = [np.array(v, np.float64) for v in model.initial_weights.trainable]
+  expected = _fedavg_reference(w, b, schedule, train_client)
+  np.testing.assert_allclose(weights[0], expected[0], atol=1e-5)
+  np.testing.assert_allclose(weights[1], expected[1], atol=1e-5)
+  for idx in (0, 1, 2):
+    assert float(stored[idx]["window"]["passes"]) == helpers[idx].counter
+  assert any(h.counter for h in helpers.values())  # some window was really carried
