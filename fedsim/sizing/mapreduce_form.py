@@ -7,26 +7,40 @@ from __future__ import annotations
 import numpy as np
 import tensorflow_federated as tff
 
-from fedsim.errors import RunFailed
+from fedsim.errors import RunFailed, UserError
 from fedsim.backend.computations import NotTensorFlow, tensor_leaves
 from fedsim.backend.mapreduce import map_reduce_form
 from fedsim.sizing import ClientWireBits
+
+
+def _named_leaves(type_spec: tff.Type, path: str = "") -> list[tuple[str, tff.types.TensorType]]:
+  """(slash-joined element names, tensor type) of every tensor in `type_spec`."""
+  if isinstance(type_spec, tff.types.FederatedType):
+    return _named_leaves(type_spec.member, path)
+  if isinstance(type_spec, tff.types.StructType):
+    return [leaf for i, (name, child) in enumerate(tff.structure.to_elements(type_spec))
+            for leaf in _named_leaves(child, f"{path}/{name if name else i}")]
+  return [(path.lstrip("/") or "value", type_spec)]
 
 
 def type_bits(type_spec: tff.Type) -> int:
   """Bits of a value of `type_spec`: sum over tensors of elements x dtype bits.
 
   Raises:
-    ValueError: if a shape is not fully known (then sizes need actual values).
+    UserError: naming the tensor (its path holds the encoding stages' names,
+      e.g. `.../flattened_values/values`) whose shape is not fully known: its
+      size depends on the values, which this static sizing does not see.
+    ValueError: if the type holds something other than tensors, or strings.
   """
   total = 0
   try:
-    leaves = tensor_leaves(type_spec)
+    tensor_leaves(type_spec)
   except NotTensorFlow as e:
     raise ValueError(f"cannot size a value: {e}") from None
-  for leaf in leaves:
+  for path, leaf in _named_leaves(type_spec):
     if not tff.types.is_shape_fully_defined(leaf.shape):
-      raise ValueError(f"tensor of type {leaf} has a dynamic shape")
+      raise UserError(f"cannot size '{path}' ({leaf}): its shape depends on the values; an"
+                      " encoder must send fixed shapes (e.g. top-k with a fixed k or fraction)")
     dtype = np.dtype(leaf.dtype)
     if dtype == np.bool_:
       bits = 8  # TensorFlow stores a bool in a byte

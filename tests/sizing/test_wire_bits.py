@@ -70,3 +70,61 @@ def test_size_info_accumulates_rounds():
   assert second["cumulative_aggregate_bits"] == 300
   assert second["aggregate_other_bits_per_client"] == 10
   assert info.broadcast_history == [300, 400] and info.aggregate_bits == 300
+
+
+def _encode_wire(model, stage):
+  alg = builders.algorithm("fedavg", {}, model, batch_size=4,
+                           aggregation=[stage], broadcast=[stage])
+  return client_wire_bits(alg.process, alg.upload_extras_types)
+
+
+def test_topk_sends_k_values_and_k_int32_indices_per_tensor():
+  model = builders.task_model("mlp", (784,), 10, hidden=[200, 200])
+  wire = _encode_wire(model, {"name": "encode", "encoder": "topk", "fraction": 0.01})
+  sizes = [w.size for w in model.initial_weights.trainable]
+  # k = ceil(0.01 n) float32 values + k int32 indices for 156800 and 40000;
+  # the rest (below min_elements 10000) as float32.
+  expected = sum(math.ceil(0.01 * n) * (32 + 32) if n >= 10000 else n * 32 for n in sizes)
+  assert expected == (1568 + 400) * 64 + (2000 + 200 + 200 + 10) * 32
+  assert wire.aggregate_model == wire.broadcast_model == expected
+
+
+def _pow2(n):
+  return 1 << (n - 1).bit_length()
+
+
+def _packed(count, bits):
+  return math.ceil(count * bits / 28) * 32
+
+
+# What each encoder's encoded form holds for an n-element tensor (see
+# fedsim/compression/papers.py): packed symbols, float32 scales, int32 seeds.
+ENCODED_BITS = {
+    "qsgd": lambda n: _packed(n, 4) + 32,             # levels 7: 15 symbols, 4 bits
+    "terngrad": lambda n: _packed(n, 2) + 32,
+    "sign": lambda n: _packed(n, 1) + 32,
+    "drive": lambda n: _packed(_pow2(n), 1) + 32 + 64,
+    "randk": lambda n: math.ceil(0.01 * n) * 32 + 64,
+    "kashin": lambda n: _packed(_pow2(n) * (2 if n > 0.85 * _pow2(n) else 1), 2) + 64 + 64,
+}
+
+
+@pytest.mark.parametrize("encoder", sorted(ENCODED_BITS))
+def test_paper_encoders_size_to_what_they_encode(encoder):
+  model = builders.task_model("mlp", (64,), 10, hidden=[200])   # kernels 12800 and 2000
+  wire = _encode_wire(model, {"name": "encode", "encoder": encoder})
+  sizes = [w.size for w in model.initial_weights.trainable]
+  expected = sum(ENCODED_BITS[encoder](n) if n >= 10000 else n * 32 for n in sizes)
+  assert wire.aggregate_model == wire.broadcast_model == expected
+
+
+def test_a_value_dependent_shape_is_a_user_error_naming_the_tensor():
+  import numpy as np
+  import tensorflow_federated as tff
+  from fedsim.errors import UserError
+  from fedsim.sizing.mapreduce_form import type_bits
+  value = tff.StructType([("encoded_tensors", tff.StructType([
+      ("seed", tff.TensorType(np.int32, [2])),
+      ("threshold_k/values", tff.TensorType(np.float32, [None]))]))])
+  with pytest.raises(UserError, match="'encoded_tensors/threshold_k/values'"):
+    type_bits(value)
