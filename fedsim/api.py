@@ -107,7 +107,8 @@ def run(config: ConfigSource, overrides: Sequence[str] = (), logdir: str | os.Pa
   quiet.import_tff()  # before any module below imports TF/TFF noisily
   from fedsim.experiment.loop import run_rounds
   from fedsim.experiment.simulation import build_simulation
-  from fedsim.reporting import create_run_dir, write_config
+  from fedsim.reporting import create_run_dir, mark_interrupted, write_config
+  from fedsim.runtime import signals
   from fedsim.runtime.session import session
 
   results = {}
@@ -125,8 +126,10 @@ def run(config: ConfigSource, overrides: Sequence[str] = (), logdir: str | os.Pa
     if on_run_dir:
       on_run_dir(run_dir)
     write_config(run_dir, resolved)
+    # A forced exit (see fedsim.runtime.signals) skips the loop's own status.
     with session(str(run_dir / "worker.log"),
-                 cfg.runtime.max_concurrent_computation_calls) as runtime:
+                 cfg.runtime.max_concurrent_computation_calls) as runtime, \
+        signals.forced_exit_hook(lambda d=run_dir: mark_interrupted(d)):
       results[variant] = run_rounds(sim, run_dir, resolved, progress=progress,
                                     check_runtime=runtime.check_alive,
                                     resume_from=checkpoint, on_round=on_round)

@@ -76,6 +76,18 @@ def set_default(context) -> None:
   tff.framework.set_default_context(context)
 
 
+def drop_default() -> None:
+  """Makes this thread's default context one that refuses to run computations.
+
+  For a process that is about to exit: TFF's own default context owns a
+  manager of TFF's worker whose finalizer, when it runs during interpreter
+  teardown, prints a traceback ("'NoneType' object has no attribute 'Popen'");
+  dropped while modules are intact, it goes quietly.
+  """
+  from tensorflow_federated.python.core.impl.context_stack import set_default_context  # pylint: disable=g-import-not-at-top
+  set_default_context.set_no_default_context()
+
+
 def retire(context, timeout_s: float) -> bool:
   """Ends the event-loop thread of a context that no call can reach any more.
 

@@ -149,6 +149,16 @@ def _overwrite_in_place(path: pathlib.Path, data: bytes) -> None:
     os.close(fd)
 
 
+def mark_interrupted(run_dir: str | os.PathLike) -> None:
+  """Marks a run whose status is still 'running' as 'interrupted'.
+
+  For exits that skip the run loop's own handling (`os._exit` after a second
+  Ctrl-C). Raises OSError as `write_status`.
+  """
+  if read_status(run_dir)[0] == "running":
+    write_status(run_dir, "interrupted")
+
+
 def read_status(run_dir: str | os.PathLike) -> tuple[str, str]:
   """Returns (status, message) of a run; ('', '') if it has no status file."""
   try:

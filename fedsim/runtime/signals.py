@@ -1,24 +1,155 @@
-"""How `fedsim run` turns signals into ordinary exits.
+"""How `fedsim run` ends on Ctrl-C (SIGINT) and SIGTERM: cleanly, and always soon.
 
-Imports no TensorFlow, so the CLI installs this before anything slow.
+* The first SIGINT raises KeyboardInterrupt and SIGTERM raises SystemExit(143)
+  in the main thread, so the run writes `status: interrupted`, its session
+  kills the worker and the CLI exits 130 / 143, as on any other exit.
+* Either signal also arms a deadline: a process still alive
+  `EXIT_DEADLINE_S` later (a call on the way out blocked, or the main thread
+  sits in a C call that never returns to Python) runs the forced-exit hooks,
+  SIGKILLs its workers and leaves with `os._exit`.
+* A second SIGINT leaves that way at once.
+* At exit, TFF's own default context is dropped while Python's modules are
+  still intact (see `fedsim.backend.contexts.drop_default`).
+
+The deadline and the second Ctrl-C are seen by a watcher thread reading
+Python's signal wakeup fd: Python runs signal handlers only in the main
+thread and only between bytecodes, which a main thread stuck in C never
+reaches. Imports no TensorFlow, so the CLI installs this before anything slow.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import os
 import signal
+import sys
 import threading
+from typing import Callable, Iterator
+
+EXIT_DEADLINE_S = 8.0
+_HOOK_TIMEOUT_S = 1.0
+
+_lock = threading.RLock()  # A signal handler may run while the main thread holds it.
+_installed = False
+_handled_interrupts = 0   # SIGINTs whose Python handler ran
+_deadline: threading.Timer | None = None
+_exiting = threading.Lock()
+_hooks: list[Callable[[], None]] = []
 
 
 def install_exit_handlers() -> None:
-  """Turns SIGTERM into SystemExit(143), so `finally` blocks and atexit run.
+  """Installs the behaviour of the module docstring for this process.
 
-  Does nothing outside the main thread, where Python cannot set handlers.
+  Does nothing outside the main thread, where Python cannot set handlers,
+  and nothing the second time. Replaces Python's signal wakeup fd, which an
+  asyncio loop running in the main thread would also use (not the CLI's case).
   """
+  global _installed
   if threading.current_thread() is not threading.main_thread():
     return
+  with _lock:
+    if _installed:
+      return
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    signal.signal(signal.SIGINT, _on_sigint)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    threading.Thread(target=_watch, args=(read_fd,), name="fedsim-signals",
+                     daemon=True).start()
+    atexit.register(_drop_tff_default)
+    _installed = True
 
-  def on_sigterm(signum, frame):
-    del frame
-    raise SystemExit(128 + signum)
 
-  signal.signal(signal.SIGTERM, on_sigterm)
+@contextlib.contextmanager
+def forced_exit_hook(hook: Callable[[], None]) -> Iterator[None]:
+  """Runs `hook()` if the process is forced to exit during the `with` body.
+
+  Hooks run on a helper thread for at most 1 s in all; they should be quick
+  and must not need the main thread (e.g. mark a run directory interrupted).
+  """
+  with _lock:
+    _hooks.append(hook)
+  try:
+    yield
+  finally:
+    with _lock:
+      _hooks.remove(hook)
+
+
+def _on_sigint(signum, frame) -> None:
+  del signum, frame
+  global _handled_interrupts
+  _handled_interrupts += 1
+  if _handled_interrupts > 1:
+    force_exit(130, "interrupted again; exiting now")
+  raise KeyboardInterrupt
+
+
+def _on_sigterm(signum, frame) -> None:
+  del frame
+  raise SystemExit(128 + signum)
+
+
+def _watch(read_fd: int) -> None:
+  interrupts = 0
+  while True:
+    try:
+      received = os.read(read_fd, 64)
+    except InterruptedError:
+      continue
+    for signum in received:
+      if signum == signal.SIGINT:
+        interrupts += 1
+        if interrupts > 1:
+          force_exit(130, "interrupted again; exiting now")
+      if signum in (signal.SIGINT, signal.SIGTERM):
+        _arm_deadline(128 + signum)
+
+
+def _arm_deadline(code: int) -> None:
+  global _deadline
+  with _lock:
+    if _deadline is not None:
+      return
+    _deadline = threading.Timer(
+        EXIT_DEADLINE_S, force_exit,
+        (code, f"still shutting down after {EXIT_DEADLINE_S:.0f} s; exiting now"))
+    _deadline.daemon = True
+    _deadline.start()
+
+
+def force_exit(code: int, why: str) -> None:
+  """Runs the hooks, SIGKILLs owned workers, says `why` on fd 2, `os._exit(code)`.
+
+  Never returns; a second caller while the first is exiting waits for it.
+  """
+  _exiting.acquire()  # Held until the process is gone.
+  with _lock:
+    hooks = list(_hooks)
+  runner = threading.Thread(target=_run_hooks, args=(hooks,), daemon=True)
+  runner.start()
+  runner.join(_HOOK_TIMEOUT_S)
+  worker = sys.modules.get("fedsim.runtime.worker")  # Loaded only if a worker may exist.
+  if worker is not None:
+    worker.kill_all()
+  try:
+    os.write(2, f"fedsim: {why}\n".encode())
+  except OSError:
+    pass
+  os._exit(code)  # pylint: disable=protected-access
+
+
+def _drop_tff_default() -> None:
+  if "tensorflow_federated" in sys.modules:  # Else nothing to drop, and no import now.
+    from fedsim.backend import contexts  # pylint: disable=g-import-not-at-top
+    contexts.drop_default()
+
+
+def _run_hooks(hooks: list[Callable[[], None]]) -> None:
+  for hook in hooks:
+    try:
+      hook()
+    except BaseException:  # pylint: disable=broad-except
+      pass  # Best effort: the process is leaving either way.

@@ -7,8 +7,10 @@ fedsim starts each worker itself: stdin /dev/null, output to a log file,
 SIGKILL from the kernel when fedsim's process dies (PR_SET_PDEATHSIG), kill
 and reap by `Worker.stop`, and by `shutdown` at exit.
 
-Which computations run on a worker is decided elsewhere
-(`fedsim.runtime.session`).
+Every call on the way out is bounded: a worker that will not be reaped, or a
+gRPC channel whose close blocks (seen once: 30 minutes in `Channel.close`
+after Ctrl-C), delays an exit by seconds at most. Which computations run on a
+worker is decided elsewhere (`fedsim.runtime.session`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ from fedsim.backend import contexts  # pylint: disable=g-import-not-at-top
 from fedsim.errors import RunFailed  # pylint: disable=g-import-not-at-top
 
 _START_TIMEOUT_S = 60.0
+# SIGKILL cannot be ignored, but a process in uninterruptible sleep (a stuck
+# disk) is reaped only once it wakes; the kernel finishes it without us.
+_REAP_TIMEOUT_S = 5.0
+_CLOSE_TIMEOUT_S = 2.0
 _POLL_S = 0.02
 # As in TFF: model weights and whole client datasets travel in one message.
 _CHANNEL_OPTIONS = [(f"grpc.{name}", 2 * 1000 * 1000 * 1000) for name in (
@@ -102,6 +108,18 @@ def _reserve_port() -> socket.socket:
   sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
   sock.bind((host, 0))
   return sock
+
+
+def _close_bounded(channel: grpc.Channel, timeout_s: float) -> bool:
+  """Closes `channel` on a daemon thread; True if it closed within `timeout_s`.
+
+  A close that blocks (gRPC waiting on a call that an interrupt cut short)
+  is left to finish, or not, on its own thread; the process may still exit.
+  """
+  closer = threading.Thread(target=channel.close, name="fedsim-channel-close", daemon=True)
+  closer.start()
+  closer.join(timeout_s)
+  return not closer.is_alive()
 
 
 class Worker:
@@ -184,18 +202,39 @@ class Worker:
       raise RunFailed(f"TFF worker process (pid {self.pid}) did not answer within"
                       f" {_START_TIMEOUT_S:.0f} s; see {self.log_path}")
 
-  def stop(self) -> None:
-    """Kills and reaps the worker; safe to call again or before `start`."""
+  def kill(self) -> None:
+    """Sends SIGKILL to a live worker and returns at once (no reaping, no locks)."""
     # SIGKILL, not a polite signal: the worker holds no state worth saving.
     # A process forked from the owner must leave the owner's worker alone.
+    process = self._process
+    if process is not None and self._owner_pid == os.getpid() and process.returncode is None:
+      try:
+        process.send_signal(signal.SIGKILL)
+      except OSError:  # Already reaped by another thread.
+        pass
+
+  def stop(self, *, close_channel: bool = True) -> None:
+    """Kills and reaps the worker; safe to call again or before `start`.
+
+    Takes at most ~7 s whatever happens: the reap waits 5 s, the channel
+    close 2 s (each on its own; what has not finished by then is left).
+
+    Args:
+      close_channel: False at interpreter exit, where the socket dies with
+        the process and a gRPC close has nothing left to save.
+    """
+    self.kill()
     if self._process is not None and self._owner_pid == os.getpid():
-      if self._process.poll() is None:
-        self._process.kill()
-      self._process.wait()
-    for resource in (self._channel, self._port_socket):
-      if resource is not None:
-        resource.close()
-    self._channel = self._port_socket = None
+      try:
+        self._process.wait(timeout=_REAP_TIMEOUT_S)
+      except subprocess.TimeoutExpired:
+        pass  # Killed, not yet reaped; PDEATHSIG is moot, nothing else to do.
+    channel, self._channel = self._channel, None
+    if channel is not None and close_channel:
+      _close_bounded(channel, _CLOSE_TIMEOUT_S)
+    if self._port_socket is not None:
+      self._port_socket.close()
+      self._port_socket = None
     with _owned_lock:
       _owned.discard(self)
 
@@ -221,12 +260,31 @@ def _accepts(port: int) -> bool:
   return True
 
 
+def owned_workers() -> list[Worker]:
+  """The workers this process started and has not stopped yet."""
+  # Bounded: called from forced exits, where a lock holder may never return.
+  if not _owned_lock.acquire(timeout=1.0):
+    return list(_owned)
+  try:
+    return list(_owned)
+  finally:
+    _owned_lock.release()
+
+
+def kill_all() -> None:
+  """SIGKILLs every owned worker without waiting (for `os._exit` paths)."""
+  for worker in owned_workers():
+    worker.kill()
+
+
 def shutdown() -> None:
-  """Stops every worker this process started; registered to run at exit."""
-  with _owned_lock:
-    workers = list(_owned)
-  for worker in workers:
-    worker.stop()
+  """Stops every worker this process started; registered to run at exit.
+
+  Channels are not closed: the process is going away, and a close is the
+  call that once blocked an exit for 30 minutes.
+  """
+  for worker in owned_workers():
+    worker.stop(close_channel=False)
 
 
 atexit.register(shutdown)

@@ -1,0 +1,33 @@
+"""A process whose way out never ends, under fedsim's exit handlers.
+
+Usage: stuck_exit.py OUT_DIR. Prints 'ready', then swallows every
+KeyboardInterrupt (printing 'interrupt'), as a blocked shutdown would; only
+the handlers' deadline or a second Ctrl-C can end it. The forced-exit hook
+writes OUT_DIR/hook.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from fedsim.runtime import signals
+
+
+def main(out_dir: str) -> None:
+  signals.install_exit_handlers()
+  with signals.forced_exit_hook(lambda: open(os.path.join(out_dir, "hook"), "w").close()):
+    ready = False
+    while True:
+      try:  # Entered before 'ready': a signal right after it is swallowed too.
+        if not ready:
+          ready = True
+          print("ready", flush=True)
+        time.sleep(60)
+      except KeyboardInterrupt:
+        print("interrupt", flush=True)
+
+
+if __name__ == "__main__":
+  main(sys.argv[1])

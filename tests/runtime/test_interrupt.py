@@ -1,0 +1,114 @@
+"""Ctrl-C on a real `fedsim run`: exit 130 within 10 s, status interrupted, no worker left.
+
+Each trial starts `fedsim run` in its own session with SIGINT at its default
+(as a terminal starts a job), waits until the run is under way, sleeps a
+seeded random 0-3 s (start-up compile, a round, evaluation, a checkpoint) and
+sends SIGINT to the whole process group, as a terminal's Ctrl-C does.
+FEDSIM_INTERRUPT_TRIALS (default 3) sets the trials per runtime; run 20 by hand:
+
+    FEDSIM_INTERRUPT_TRIALS=20 uv run pytest tests/runtime/test_interrupt.py -s
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+REPO = pathlib.Path(__file__).parents[2]
+TRIALS = int(os.environ.get("FEDSIM_INTERRUPT_TRIALS", "3"))
+START_TIMEOUT_S = 180  # TF import and the first compile on a busy 2-core machine
+EXIT_TIMEOUT_S = 10
+CONFIG = """
+name: interrupt
+seed: 3
+rounds: 100000
+clients_per_round: 3
+data: {name: digits, num_clients: 6, partition: iid, batch_size: 32}
+model: {name: logistic}
+algorithm: {name: fedavg}
+eval: {every: 2}
+checkpoint: {every: 3, keep: 1}
+"""
+
+
+def _workers(marker: str) -> list[int]:
+  """Live `worker_binary` processes whose environment holds `marker`."""
+  found = []
+  for entry in pathlib.Path("/proc").iterdir():
+    if not entry.name.isdigit():
+      continue
+    try:
+      stat = (entry / "stat").read_text()
+      if ("worker_binary" in stat[stat.index("(") + 1:stat.rindex(")")]
+          and stat[stat.rindex(")") + 2] != "Z"
+          and marker.encode() in (entry / "environ").read_bytes()):
+        found.append(int(entry.name))
+    except (OSError, ValueError):  # Gone meanwhile.
+      continue
+  return found
+
+
+def _status(run_dir: pathlib.Path | None) -> str:
+  try:
+    return (run_dir / "status").read_text().split("\n")[0]
+  except (OSError, TypeError):
+    return ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trial", range(TRIALS))
+@pytest.mark.parametrize("runtime", ["local", "inprocess"])
+def test_ctrl_c_ends_the_run_promptly(runtime, trial, tmp_path):
+  config = tmp_path / "interrupt.yaml"
+  config.write_text(CONFIG + f"runtime: {{name: {runtime}}}\n")
+  marker = uuid.uuid4().hex
+  env = dict(os.environ, PYTHONPATH=str(REPO), FEDSIM_TEST_MARKER=marker,
+             TF_CPP_MIN_LOG_LEVEL="2")
+  proc = subprocess.Popen(
+      [sys.executable, "-m", "fedsim.cli", "run", str(config), "--logdir",
+       str(tmp_path / "runs"), "--no-progress"],
+      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+      env=env, start_new_session=True,
+      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+  try:
+    run_dir = None
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while _status(run_dir) != "running":
+      assert proc.poll() is None, proc.communicate()
+      assert time.monotonic() < deadline, "the run never started"
+      runs = list((tmp_path / "runs" / "interrupt").glob("*"))
+      run_dir = runs[0] if runs else None
+      time.sleep(0.05)
+    delay = random.Random(f"{runtime}-{trial}").uniform(0.0, 3.0)
+    time.sleep(delay)
+    os.killpg(proc.pid, signal.SIGINT)
+    sent = time.monotonic()
+    try:
+      out, err = proc.communicate(timeout=EXIT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+      pytest.fail(f"still running {EXIT_TIMEOUT_S} s after Ctrl-C (sent {delay:.2f} s"
+                  f" after the run started)")
+    took = time.monotonic() - sent
+    print(f"\n{runtime} trial {trial}: Ctrl-C {delay:.2f} s into the run, exited"
+          f" {proc.returncode} after {took:.2f} s")
+    assert proc.returncode == 130, err
+    assert err.endswith("fedsim: interrupted\n") and "Traceback" not in err, err
+    assert _status(run_dir) == "interrupted"
+    deadline = time.monotonic() + 5  # PDEATHSIG kills are asynchronous
+    while _workers(marker) and time.monotonic() < deadline:
+      time.sleep(0.05)
+    assert _workers(marker) == []
+  finally:
+    if proc.poll() is None:
+      os.killpg(proc.pid, signal.SIGKILL)
+      proc.communicate()
+    for pid in _workers(marker):
+      os.kill(pid, signal.SIGKILL)

@@ -1,0 +1,75 @@
+"""fedsim's exit handlers on a process whose shutdown never finishes.
+
+The script swallows KeyboardInterrupt forever, standing in for a call on the
+exit path that blocks (once: 30 minutes in gRPC's Channel.close). It imports
+no TensorFlow, so these tests take seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from fedsim.runtime import signals
+
+SCRIPT = pathlib.Path(__file__).parent / "scripts" / "stuck_exit.py"
+REPO = pathlib.Path(__file__).parents[2]
+
+
+def _start(tmp_path) -> subprocess.Popen:
+  proc = subprocess.Popen(
+      [sys.executable, str(SCRIPT), str(tmp_path)], stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)),
+      # As a terminal would: a background job's SIGINT starts ignored.
+      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+  assert proc.stdout.readline() == "ready\n"
+  return proc
+
+
+def _interrupt(proc: subprocess.Popen) -> None:
+  proc.send_signal(signal.SIGINT)
+  assert proc.stdout.readline() == "interrupt\n"
+
+
+def test_second_ctrl_c_exits_at_once(tmp_path):
+  proc = _start(tmp_path)
+  try:
+    _interrupt(proc)
+    proc.send_signal(signal.SIGINT)
+    # Well before the deadline: only the second Ctrl-C can have ended it.
+    out, err = proc.communicate(timeout=signals.EXIT_DEADLINE_S / 2)
+  finally:
+    proc.kill()
+  assert proc.returncode == 130
+  assert err == "fedsim: interrupted again; exiting now\n"
+  assert (tmp_path / "hook").exists()
+
+
+@pytest.mark.slow
+def test_a_blocked_shutdown_ends_at_the_deadline(tmp_path):
+  proc = _start(tmp_path)
+  try:
+    _interrupt(proc)
+    out, err = proc.communicate(timeout=signals.EXIT_DEADLINE_S + 10)
+  finally:
+    proc.kill()
+  assert proc.returncode == 130
+  assert err == (f"fedsim: still shutting down after {signals.EXIT_DEADLINE_S:.0f} s;"
+                 " exiting now\n")
+  assert (tmp_path / "hook").exists()
+
+
+def test_sigterm_is_a_normal_exit_then_the_deadline(tmp_path):
+  proc = _start(tmp_path)
+  try:
+    proc.send_signal(signal.SIGTERM)  # SystemExit(143) is not swallowed by the script.
+    out, err = proc.communicate(timeout=signals.EXIT_DEADLINE_S / 2)
+  finally:
+    proc.kill()
+  assert proc.returncode == 143 and err == ""
+  assert not (tmp_path / "hook").exists()
