@@ -165,7 +165,8 @@ def _write_synced(path: pathlib.Path, text: str) -> None:
 def save_checkpoint(run_dir: str | os.PathLike, round_num: int, server_state: Any,
                     simulated_seconds: float, broadcast_history: Sequence[int],
                     aggregate_history: Sequence[int], keep: int,
-                    client_states: pathlib.Path | None = None) -> pathlib.Path:
+                    client_states: pathlib.Path | None = None,
+                    extra_npz: Mapping[str, Mapping[str, Any]] | None = None) -> pathlib.Path:
   """Writes the checkpoint of `round_num` and deletes all but the newest `keep`.
 
   Args:
@@ -176,6 +177,8 @@ def save_checkpoint(run_dir: str | os.PathLike, round_num: int, server_state: An
     broadcast_history, aggregate_history: bits of every round so far.
     keep: how many checkpoints to keep (>= 1).
     client_states: the directory of per-client .npz files, if any.
+    extra_npz: file name -> named arrays, written into the checkpoint too
+      (the asynchronous loop's clients in flight).
 
   Returns:
     The checkpoint directory.
@@ -202,6 +205,8 @@ def save_checkpoint(run_dir: str | os.PathLike, round_num: int, server_state: An
         "wall_time": time.time()}))
     if client_states is not None:
       _link_client_states(client_states, tmp / CLIENT_STATES)
+    for name, arrays in (extra_npz or {}).items():
+      write_npz(tmp / name, arrays, sync=True)
     _write_synced(tmp / COMPLETE, f"round {round_num}\n")
     _fsync_file(tmp)
     if final.exists():  # Left by an earlier life of this run at the same round.

@@ -26,6 +26,7 @@ from fedsim.errors import HostError, RunFailed, host_error
 from fedsim.experiment.checkpoint import (Checkpoint, check_free_space, export_model,
                                           restore_client_states, save_checkpoint,
                                           state_bytes)
+from fedsim.experiment import async_loop
 from fedsim.experiment.client_states import ClientStateStore
 from fedsim.experiment.rewind import rewind_logs
 from fedsim.experiment.simulation import Simulation, client_batches
@@ -143,8 +144,12 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
     # Eval accuracy against cumulative simulated milliseconds (TensorBoard's step axis).
     time_sink = TensorBoardSink(run_dir / "simulated_time")
     time_step = _last_time_step(history)
+    # Buffered (asynchronous) algorithms play their server updates on an event clock.
+    player = (async_loop.BufferedRounds(sim, resume_from.path if resume_from else None)
+              if async_loop.is_buffered(sim) else None)
+    play = player.play_round if player is not None else _play_round
     for round_num in range(start + 1, config.rounds + 1):
-      state, metrics, simulated_total = _play_round(
+      state, metrics, simulated_total = play(
           sim, state, states, round_num, simulated_total, sizes, run_dir)
       if round_num % config.eval.every == 0 or round_num == config.rounds:
         metrics.update(sim.evaluate(sim.algorithm.model_weights(state)))
@@ -156,7 +161,9 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
       if round_num % config.checkpoint.every == 0 or round_num == config.rounds:
         save_checkpoint(run_dir, round_num, state, simulated_total, sizes.broadcast_history,
                         sizes.aggregate_history, config.checkpoint.keep,
-                        states.directory if states is not None else None)
+                        states.directory if states is not None else None,
+                        extra_npz={async_loop.ASYNC_STATE: player.checkpoint_arrays()}
+                        if player is not None else None)
       if on_round is not None:
         on_round(round_num, metrics)
     weights = sim.algorithm.model_weights(state)

@@ -38,6 +38,11 @@ class ClientWork(NamedTuple):
   # Stateful clients only: the state's type and its value for a new client.
   client_state_type: tff.Type | None = None
   initial_client_state: Any = None
+  # Stateless work only: one client's TF computation (weights, data) ->
+  # (ClientResult, summed statistics), and the statistics -> measurements
+  # finalizer, for loops that run clients one at a time (fedbuff).
+  client_fn: Any = None
+  finalize_metrics: Any = None
 
 
 def _is_sequence(data_type) -> bool:
@@ -104,7 +109,8 @@ def build_client_work(weights_type, data_type, client_update: Callable) -> Clien
 
   process = tff.templates.MeasuredProcess(init_fn, next_fn, next_is_multi_arg=True)
   result_type = client_fn.type_signature.result
-  return ClientWork(process, result_type[1], result_type[0].update_weight)
+  return ClientWork(process, result_type[1], result_type[0].update_weight,
+                    client_fn=client_fn, finalize_metrics=finalize)
 
 
 def build_stateful_client_work(weights_type, data_type, initial_client_state,

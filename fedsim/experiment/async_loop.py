@@ -1,0 +1,252 @@
+"""Asynchronous rounds on the simulated clock, for buffered algorithms (fedbuff).
+
+`concurrency` clients are in flight at any time. A dispatched client downloads
+the current model version, trains on it (computed at once, kept until it
+arrives) and arrives at dispatch time + download + compute + upload seconds
+(`system.simulate_round` of its dispatch group, so profiles, jitter, dropout
+and the exact wire bits apply as in synchronous rounds). Arrivals are taken in
+(finish time, dispatch number) order; a client that dropped out or was offline
+arrives with nothing, one staler than `max_staleness` is dropped (its upload
+was sent), the others fill the buffer. A full buffer (`clients_per_round`
+updates) is one server update, i.e. one "round" of the run loop: metrics,
+evaluation and checkpoints count server updates. Freed slots are refilled once
+every arrival at that instant has been handled, so clients that finish
+together download the newest model; with equal finish times and concurrency =
+clients_per_round, every update is a synchronous FedAvg round (same cohorts,
+data shuffles and order).
+
+Dispatch group g (the g-th refill) samples `sampler.sample(g, concurrency)`,
+skips clients still in flight and takes as many as slots are free, and packs
+their data with round g's seed: a pure function of (seed, g). The in-flight
+clients, their computed updates and the counters are part of the checkpoint
+(`ASYNC_STATE`), so a resumed run equals an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import heapq
+import json
+import pathlib
+import time
+from typing import Any
+
+import numpy as np
+
+from fedsim.errors import RunFailed, UserError
+from fedsim.experiment.simulation import Simulation, client_batches
+from fedsim.experiment.system import simulate_round
+from fedsim.learning.buffered import BufferedAlgorithm, arrival
+from fedsim.backend import quiet
+
+ASYNC_STATE = "async_state.npz"
+# Dispatches without a single server update before the run gives up (every
+# client failing, e.g. dropout_probability near 1).
+_MAX_DISPATCHES_PER_UPDATE = 1000
+
+
+@dataclasses.dataclass(order=True)
+class InFlight:
+  """A dispatched client, ordered by when it arrives (ties: dispatch order)."""
+
+  finish: float                                   # simulated seconds at arrival
+  dispatch: int                                   # dispatch number, from 1
+  client: str = dataclasses.field(compare=False)
+  version: int = dataclasses.field(compare=False)  # server version it downloaded
+  group: int = dataclasses.field(compare=False)    # dispatch group (sampling seed)
+  result: Any = dataclasses.field(compare=False)   # (ClientResult, stats), None if it fails
+
+
+def is_buffered(sim: Simulation) -> bool:
+  return isinstance(sim.algorithm, BufferedAlgorithm)
+
+
+class BufferedRounds:
+  """Plays server updates of a buffered algorithm; its state is checkpointed with the run.
+
+  Raises (constructor):
+    UserError: a config key that asynchronous rounds do not use is set.
+  """
+
+  def __init__(self, sim: Simulation, resume_from: pathlib.Path | None = None):
+    config = sim.config
+    if config.backup_clients:
+      raise UserError("backup_clients: not used by asynchronous algorithms"
+                      " (algorithm.concurrency sets how many clients train at once)")
+    if config.system.deadline_seconds is not None:
+      raise UserError("system.deadline_seconds: not used by asynchronous algorithms"
+                      " (algorithm.max_staleness drops late updates)")
+    algorithm: BufferedAlgorithm = sim.algorithm
+    self.sim = sim
+    self.concurrency = algorithm.concurrency or config.clients_per_round
+    if self.concurrency > len(sim.data.client_ids):
+      raise UserError(f"algorithm.concurrency: {self.concurrency} clients in flight, but"
+                      f" data '{config.data.name}' has {len(sim.data.client_ids)} clients")
+    self.client_update = _client_update(sim, algorithm.client_update)
+    self.in_flight: list[InFlight] = []
+    self.free = self.concurrency   # slots freed and not yet refilled
+    self.now = 0.0
+    self.dispatches = 0
+    self.groups = 0
+    if resume_from is not None:
+      self._restore(resume_from / ASYNC_STATE)
+
+  def play_round(self, sim: Simulation, state, states, round_num: int, simulated_total: float,
+                 sizes, run_dir: pathlib.Path):
+    """Runs until the buffer is full and applies one server update.
+
+    Same contract as the run loop's `_play_round`: returns (new state, its
+    metrics, simulated seconds so far).
+    """
+    del states, run_dir
+    config = sim.config
+    version = round_num - 1
+    buffer: list[tuple[InFlight, int]] = []
+    dispatched = failed = uploads = stale = 0
+    while len(buffer) < config.clients_per_round:
+      if self.free and (not self.in_flight or self.in_flight[0].finish > self.now):
+        dispatched += self._dispatch(sim.algorithm.model_weights(state), version)
+        if dispatched > _MAX_DISPATCHES_PER_UPDATE * config.clients_per_round:
+          raise RunFailed(f"round {round_num}: {dispatched} clients dispatched and"
+                          f" {len(buffer)} updates arrived; do clients ever report?")
+      client = heapq.heappop(self.in_flight)
+      self.now, self.free = client.finish, self.free + 1
+      staleness = version - client.version
+      if client.result is None:
+        failed += 1
+      elif (sim.algorithm.max_staleness is not None
+            and staleness > sim.algorithm.max_staleness):
+        uploads, stale = uploads + 1, stale + 1
+      else:
+        uploads += 1
+        buffer.append((client, staleness))
+    arrivals = [arrival(*c.result, staleness=s) for c, s in buffer]
+    begin = time.perf_counter()
+    with quiet.filtered_stderr():  # TFF compiles at the first call.
+      state, measurements = sim.round_process.next(state, arrivals)
+    seconds = time.perf_counter() - begin
+    from fedsim.experiment import loop  # pylint: disable=g-import-not-at-top  (it imports us)
+    metrics: dict[str, float] = {"round": round_num}
+    metrics.update(loop._round_metrics(measurements, sim.algorithm.aggregation_plan))  # pylint: disable=protected-access
+    if not np.isfinite(metrics["train/loss"]) or metrics.get("finalizer/update_non_finite"):
+      raise RunFailed(f"round {round_num}: training diverged (train/loss ="
+                      f" {metrics['train/loss']}); try a smaller learning rate")
+    ages = [s for _, s in buffer]
+    metrics.update({
+        "clients/dispatched": dispatched,
+        "clients/aggregated": len(buffer),
+        "clients/failed": failed,
+        "clients/in_flight": len(self.in_flight),
+        "staleness/mean": float(np.mean(ages)),
+        "staleness/max": max(ages),
+        "staleness/dropped": stale,
+        "round_skipped": 0,
+        "round_simulated_seconds": self.now - simulated_total,
+        "simulated_seconds": self.now,
+        "server_updates_per_hour": round_num * 3600.0 / self.now if self.now > 0 else 0.0,
+        "round_seconds": seconds,
+    })
+    # Bits: downloads of this update's dispatches, uploads of its arrivals
+    # (stale ones were sent, then dropped: `late_upload_bits`).
+    metrics.update(sizes.round_metrics(dispatched, len(buffer), late_uploads=stale))
+    return state, metrics, self.now
+
+  def _dispatch(self, weights, version: int) -> int:
+    """Fills the free slots with clients that download `weights` now; returns how many."""
+    sim, config = self.sim, self.sim.config
+    self.groups += 1
+    busy = {c.client for c in self.in_flight}
+    candidates = sim.sampler.sample(self.groups, self.concurrency, key="algorithm.concurrency")
+    chosen = [c for c in candidates if c not in busy][:self.free]
+    packed = client_batches(sim, self.groups, chosen)
+    outcome = simulate_round(
+        config.system, chosen, {c: float(packed[c]["mask"].sum()) for c in chosen},
+        len(chosen), config.seed, self.groups,
+        wire_bits=(sim.wire.broadcast, sim.wire.aggregate), population=sim.data.client_ids)
+    failed = set(outcome.failed)
+    for cid in chosen:
+      self.dispatches += 1
+      result = None if cid in failed else self.client_update(weights, packed[cid])
+      heapq.heappush(self.in_flight, InFlight(
+          finish=self.now + outcome.completion_seconds[cid], dispatch=self.dispatches,
+          client=cid, version=version, group=self.groups, result=result))
+    self.free -= len(chosen)
+    return len(chosen)
+
+  def checkpoint_arrays(self) -> dict[str, np.ndarray]:
+    """The in-flight clients (with their computed updates) and counters, as arrays."""
+    flights = sorted(self.in_flight)
+    index = {cid: i for i, cid in enumerate(self.sim.data.client_ids)}
+    counters = {"free": self.free, "now": self.now, "dispatches": self.dispatches,
+                "groups": self.groups}
+    out = {
+        "counters": np.frombuffer(json.dumps(counters).encode(), np.uint8),
+        "finish": np.array([c.finish for c in flights], np.float64),
+        "dispatch": np.array([c.dispatch for c in flights], np.int64),
+        "client": np.array([index[c.client] for c in flights], np.int64),
+        "version": np.array([c.version for c in flights], np.int64),
+        "group": np.array([c.group for c in flights], np.int64),
+        "reports": np.array([c.result is not None for c in flights], bool),
+    }
+    reporting = [c for c in flights if c.result is not None]
+    for i, flight in enumerate(reporting):
+      result, stats = flight.result
+      for j, u in enumerate(result.update):
+        out[f"r{i}_update_{j}"] = np.asarray(u)
+      out[f"r{i}_update_weight"] = np.asarray(result.update_weight)
+      for key, value in stats.items():
+        out[f"r{i}_stats_{key}"] = np.asarray(value)
+    return out
+
+  def _restore(self, path: pathlib.Path) -> None:
+    try:
+      with np.load(path) as f:
+        arrays = {k: f[k] for k in f.files}
+    except (OSError, ValueError) as e:
+      raise UserError(f"{path}: cannot read the asynchronous state ({e})") from None
+    counters = json.loads(arrays["counters"].tobytes().decode())
+    self.free, self.now = int(counters["free"]), float(counters["now"])
+    self.dispatches, self.groups = int(counters["dispatches"]), int(counters["groups"])
+    ids = self.sim.data.client_ids
+    r = 0
+    for i in range(len(arrays["finish"])):
+      result = None
+      if arrays["reports"][i]:
+        prefix = f"r{r}_"
+        r += 1
+        n = sum(1 for k in arrays if k.startswith(prefix + "update_") and
+                k != prefix + "update_weight")
+        stats = collections.OrderedDict(
+            (k[len(prefix + "stats_"):], arrays[k]) for k in arrays
+            if k.startswith(prefix + "stats_"))
+        result = (_Result(tuple(arrays[f"{prefix}update_{j}"] for j in range(n)),
+                          arrays[prefix + "update_weight"]), stats)
+      self.in_flight.append(InFlight(
+          finish=float(arrays["finish"][i]), dispatch=int(arrays["dispatch"][i]),
+          client=ids[int(arrays["client"][i])], version=int(arrays["version"][i]),
+          group=int(arrays["group"][i]), result=result))
+    heapq.heapify(self.in_flight)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Result:
+  update: tuple
+  update_weight: Any
+
+
+def _client_update(sim: Simulation, computation):
+  """`(weights, packed) -> (ClientResult-like, stats)` on the run's runtime."""
+  function = computation
+  if sim.config.runtime.name == "inprocess" and sim.runtime_notice is None:
+    from fedsim.runtime import inprocess  # pylint: disable=g-import-not-at-top
+    function = inprocess.tensorflow_function(computation, sim.config.runtime.device)
+
+  def update(weights, packed):
+    with quiet.filtered_stderr():
+      result, stats = function(weights, packed)
+    return (_Result(tuple(np.asarray(u) for u in result.update),
+                    np.asarray(result.update_weight)),
+            collections.OrderedDict((k, np.asarray(v)) for k, v in stats.items()))
+
+  return update
