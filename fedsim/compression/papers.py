@@ -7,6 +7,7 @@ the symbols are small integers (28 bits to an int32, see
 n elements (n' = n padded to a power of two where a rotation pads):
 
   qsgd      ceil(n * b / 28) int32, b = ceil(log2(2 * levels + 1)), + 1 float scale
+            (bucketed: n padded to a multiple of the bucket, one scale per bucket)
   terngrad  ceil(n * 2 / 28) int32 + 1 float scale
   sign      ceil(n / 28) int32 + 1 float scale
   drive     ceil(n' / 28) int32 + 1 float scale + 2 int32 rotation seed
@@ -31,9 +32,11 @@ from fedsim.registry import NoParams
 
 @dataclasses.dataclass(frozen=True)
 class QSGDParams:
-  """`levels` (QSGD's s) steps between 0 and ||x||_2 for each coordinate's magnitude."""
+  """`levels` (QSGD's s) steps between 0 and ||x||_2 for each coordinate's magnitude;
+  `bucket` > 0: one norm per run of that many coordinates (0: one per tensor)."""
 
   levels: int = bounded(7, min=1, max=32767)
+  bucket: int = bounded(0, min=0)
 
 
 def packed_bits(levels: int) -> int:
@@ -47,7 +50,7 @@ def _qsgd(params: QSGDParams) -> Any:
   from fedsim.compression import tensor_encoding_api as te_api
   from fedsim.compression.stages.levels import L2, StochasticLevelsStage
   return te_api.chain(te_api.stages.FlattenEncodingStage(),
-                      StochasticLevelsStage(params.levels, L2),
+                      StochasticLevelsStage(params.levels, L2, params.bucket),
                       te_api.stages.BitpackingEncodingStage(packed_bits(params.levels)))
 
 

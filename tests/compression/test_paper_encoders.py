@@ -92,6 +92,38 @@ def test_qsgd_is_unbiased_within_its_variance_bound(levels):
   assert mse == pytest.approx(variance.sum(), rel=0.1)
 
 
+@pytest.mark.parametrize("bucket", [8, 12])
+def test_qsgd_buckets_have_their_own_norm(bucket):
+  levels = 3
+  values = np.random.default_rng(12).normal(size=[30]).astype(np.float32)
+  decoded, encoded = _round_trip(values, {"encoder": "qsgd", "levels": levels, "bucket": bucket})
+  count = -(-30 // bucket)
+  padded = np.zeros(count * bucket)
+  padded[:30] = values
+  norms = np.linalg.norm(padded.reshape(count, bucket), axis=1)
+  np.testing.assert_allclose(encoded["scale"], norms, rtol=1e-6)
+  norm = np.repeat(norms, bucket)[:30]
+  scaled = np.abs(values) / norm * levels
+  floor = np.sign(values) * np.floor(scaled) * norm / levels
+  ceil = np.sign(values) * np.ceil(scaled) * norm / levels
+  assert np.minimum(np.abs(decoded - floor), np.abs(decoded - ceil)).max() <= 1e-6 * norm.max()
+  assert encoded["bitpacked_values"].shape == (math.ceil(count * bucket * 3 / 28), 1)
+
+
+def test_bucketed_qsgd_is_unbiased_within_the_per_bucket_bound():
+  levels, bucket = 2, 8
+  draws = _draws(lambda salt: StochasticLevelsStage(levels, L2, bucket, salt=salt), X,
+                 shape=tf.constant([X.size]))
+  x = X.astype(np.float64).reshape(-1, bucket)
+  norms = np.linalg.norm(x, axis=1, keepdims=True)
+  p = np.abs(x) / norms * levels - np.floor(np.abs(x) / norms * levels)
+  variance = (norms**2 / levels**2 * p * (1 - p)).reshape(-1)
+  _assert_unbiased(draws, X, variance)
+  mse = np.mean(np.sum((draws - X)**2, axis=1))
+  assert mse <= min(bucket / levels**2, math.sqrt(bucket) / levels) * np.sum(x**2)
+  assert mse == pytest.approx(variance.sum(), rel=0.1)
+
+
 # TernGrad (Wen et al. 2017): s_t sign(x_i) b_i, b_i ~ Bernoulli(|x_i| / s_t), s_t = max |x|.
 def test_terngrad_sends_ternary_values_of_the_max():
   values = np.random.default_rng(2).normal(size=[3000]).astype(np.float32)
@@ -241,7 +273,7 @@ def test_noise_salt_is_seed_sequence_of_seed_and_index():
   assert te_api.noise_salt(-1, 0).tolist() == te_api.noise_salt(2**64 - 1, 0).tolist()
 
 
-ENCODERS = [{"encoder": "qsgd"}, {"encoder": "terngrad"}, {"encoder": "sign"},
+ENCODERS = [{"encoder": "qsgd"}, {"encoder": "qsgd", "bucket": 512}, {"encoder": "terngrad"}, {"encoder": "sign"},
             {"encoder": "drive"}, {"encoder": "topk", "fraction": 0.1}, {"encoder": "randk"},
             {"encoder": "kashin"}]
 

@@ -101,6 +101,7 @@ def _packed(count, bits):
 # fedsim/compression/papers.py): packed symbols, float32 scales, int32 seeds.
 ENCODED_BITS = {
     "qsgd": lambda n: _packed(n, 4) + 32,             # levels 7: 15 symbols, 4 bits
+    "qsgd bucket 512": lambda n: _packed(-(-n // 512) * 512, 4) + -(-n // 512) * 32,
     "terngrad": lambda n: _packed(n, 2) + 32,
     "sign": lambda n: _packed(n, 1) + 32,
     "drive": lambda n: _packed(_pow2(n), 1) + 32 + 64,
@@ -112,7 +113,9 @@ ENCODED_BITS = {
 @pytest.mark.parametrize("encoder", sorted(ENCODED_BITS))
 def test_paper_encoders_size_to_what_they_encode(encoder):
   model = builders.task_model("mlp", (64,), 10, hidden=[200])   # kernels 12800 and 2000
-  wire = _encode_wire(model, {"name": "encode", "encoder": encoder})
+  name, *bucket = encoder.split(" bucket ")
+  stage = {"name": "encode", "encoder": name, **({"bucket": int(bucket[0])} if bucket else {})}
+  wire = _encode_wire(model, stage)
   sizes = [w.size for w in model.initial_weights.trainable]
   expected = sum(ENCODED_BITS[encoder](n) if n >= 10000 else n * 32 for n in sizes)
   assert wire.aggregate_model == wire.broadcast_model == expected
