@@ -76,13 +76,15 @@ def build_fedbuff(params: FedBuffParams, task: Task) -> FederatedAlgorithm:
 
   result_type = work.client_fn.type_signature.result[0]
   aggregator, _ = stages.update_aggregator(task, result_type.update, kind)
+  distributor = stages.distributor(task)
   process = buffered.compose_buffered(
-      stages.initial_weights_computation(task), stages.distributor(task), work.client_fn,
+      stages.initial_weights_computation(task), distributor, work.client_fn,
       work.finalize_metrics, weigh, aggregator,
       tff.learning.templates.build_apply_optimizer_finalizer(
           server_optimizer, task.model.weights_type))
   return buffered.BufferedAlgorithm(
       process=process, client_plan=plan, upload_extras_types=sync.upload_extras_types,
       sizing_process=sync.sizing_process, aggregation_plan=sync.aggregation_plan,
-      client_update=work.client_fn, concurrency=params.concurrency,
+      client_update=buffered.compose_dispatch(distributor, work.client_fn),
+      concurrency=params.concurrency,
       max_staleness=params.max_staleness)

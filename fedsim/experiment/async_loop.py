@@ -1,8 +1,8 @@
 """Asynchronous rounds on the simulated clock, for buffered algorithms (fedbuff).
 
 `concurrency` clients are in flight at any time. A dispatched client downloads
-the current model version, trains on it (computed at once, kept until it
-arrives) and arrives at dispatch time + download + compute + upload seconds
+the current model version (through the broadcast chain), trains on it
+(computed at once for the whole dispatch group, kept until it arrives) and arrives at dispatch time + download + compute + upload seconds
 (`system.simulate_round` of its dispatch group, so profiles, jitter, dropout
 and the exact wire bits apply as in synchronous rounds). Arrivals are taken in
 (finish time, dispatch number) order; a client that dropped out or was offline
@@ -83,7 +83,6 @@ class BufferedRounds:
     if self.concurrency > len(sim.data.client_ids):
       raise UserError(f"algorithm.concurrency: {self.concurrency} clients in flight, but"
                       f" data '{config.data.name}' has {len(sim.data.client_ids)} clients")
-    self.client_update = _client_update(sim, algorithm.client_update)
     self.in_flight: list[InFlight] = []
     self.free = self.concurrency   # slots freed and not yet refilled
     self.now = 0.0
@@ -106,7 +105,8 @@ class BufferedRounds:
     dispatched = failed = uploads = stale = 0
     while len(buffer) < config.clients_per_round:
       if self.free and (not self.in_flight or self.in_flight[0].finish > self.now):
-        dispatched += self._dispatch(sim.algorithm.model_weights(state), version)
+        state, count = self._dispatch(state, version)
+        dispatched += count
         if dispatched > _MAX_DISPATCHES_PER_UPDATE * config.clients_per_round:
           raise RunFailed(f"round {round_num}: {dispatched} clients dispatched and"
                           f" {len(buffer)} updates arrived; do clients ever report?")
@@ -152,8 +152,11 @@ class BufferedRounds:
     metrics.update(sizes.round_metrics(dispatched, len(buffer), late_uploads=stale))
     return state, metrics, self.now
 
-  def _dispatch(self, weights, version: int) -> int:
-    """Fills the free slots with clients that download `weights` now; returns how many."""
+  def _dispatch(self, state, version: int):
+    """Fills the free slots with clients that download the model of `state` now.
+
+    Returns (`state`, its distributor state advanced; how many were dispatched).
+    """
     sim, config = self.sim, self.sim.config
     self.groups += 1
     busy = {c.client for c in self.in_flight}
@@ -165,14 +168,18 @@ class BufferedRounds:
         len(chosen), config.seed, self.groups,
         wire_bits=(sim.wire.broadcast, sim.wire.aggregate), population=sim.data.client_ids)
     failed = set(outcome.failed)
+    reporting = [c for c in chosen if c not in failed]
+    with quiet.filtered_stderr():  # TFF compiles at the first call.
+      state, trained = self.sim.algorithm.dispatch(state, [packed[c] for c in reporting])
+    results = dict(zip(reporting, (_as_arrays(r) for r in trained)))
     for cid in chosen:
       self.dispatches += 1
-      result = None if cid in failed else self.client_update(weights, packed[cid])
+      result = results.get(cid)
       heapq.heappush(self.in_flight, InFlight(
           finish=self.now + outcome.completion_seconds[cid], dispatch=self.dispatches,
           client=cid, version=version, group=self.groups, result=result))
     self.free -= len(chosen)
-    return len(chosen)
+    return state, len(chosen)
 
   def checkpoint_arrays(self) -> dict[str, np.ndarray]:
     """The in-flight clients (with their computed updates) and counters, as arrays."""
@@ -235,18 +242,8 @@ class _Result:
   update_weight: Any
 
 
-def _client_update(sim: Simulation, computation):
-  """`(weights, packed) -> (ClientResult-like, stats)` on the run's runtime."""
-  function = computation
-  if sim.config.runtime.name == "inprocess" and sim.runtime_notice is None:
-    from fedsim.runtime import inprocess  # pylint: disable=g-import-not-at-top
-    function = inprocess.tensorflow_function(computation, sim.config.runtime.device)
-
-  def update(weights, packed):
-    with quiet.filtered_stderr():
-      result, stats = function(weights, packed)
-    return (_Result(tuple(np.asarray(u) for u in result.update),
-                    np.asarray(result.update_weight)),
-            collections.OrderedDict((k, np.asarray(v)) for k, v in stats.items()))
-
-  return update
+def _as_arrays(trained) -> tuple[_Result, collections.OrderedDict]:
+  """A client's (ClientResult, stats) from the runtime as NumPy, as checkpoints store it."""
+  result, stats = trained
+  return (_Result(tuple(np.asarray(u) for u in result.update), np.asarray(result.update_weight)),
+          collections.OrderedDict((k, np.asarray(v)) for k, v in stats.items()))

@@ -1,9 +1,9 @@
 """Buffered server updates: a process whose `next` aggregates updates that clients
 computed earlier, each from the model version it downloaded (asynchronous FL).
 
-The client work runs outside the process, one client at a time, when the run
-loop dispatches that client (`BufferedAlgorithm.client_update`); `next(state,
-arrivals)` takes the buffer of arrived results, each with its staleness s (server
+The client work runs outside the process, when the run loop dispatches clients
+(`BufferedAlgorithm.dispatch`: they download the model through the broadcast
+chain and train on what they decoded); `next(state, arrivals)` takes the buffer of arrived results, each with its staleness s (server
 versions since the client downloaded), weighs them, and applies the aggregation
 chain and the server optimizer. The wire is sized from the synchronous round of
 the same stages (`sizing_process`): a dispatched client downloads the model once
@@ -31,10 +31,23 @@ class BufferedAlgorithm(FederatedAlgorithm):
   `Arrival` mappings (a client's `client_update` result plus its staleness).
   """
 
-  # (model weights, packed batches) -> (ClientResult(update, update_weight), stats).
+  # (distributor state@S, model weights@S, packed batches@C) -> (distributor
+  # state@S, ClientResult(update, update_weight)@C, stats@C): see `compose_dispatch`.
   client_update: Any = None
   concurrency: int | None = None   # clients training at once; None: clients_per_round
   max_staleness: int | None = None  # staler arrivals are dropped; None: none dropped
+
+  def dispatch(self, state, client_data: list) -> tuple[Any, list]:
+    """Clients download the current model and train on it, now.
+
+    Returns (`state` with the distributor's new state, one `(ClientResult,
+    stats)` per client of `client_data`, in order).
+    """
+    if not client_data:
+      return state, []
+    distributor, results, stats = self.client_update(
+        state.distributor, state.global_model_weights, client_data)
+    return state._replace(distributor=distributor), list(zip(results, stats))
 
 
 def arrival(result, stats, staleness: int) -> collections.OrderedDict:
@@ -44,6 +57,26 @@ def arrival(result, stats, staleness: int) -> collections.OrderedDict:
       update_weight=np.float32(result.update_weight),
       stats=collections.OrderedDict((k, np.float32(v)) for k, v in stats.items()),
       staleness=np.float32(staleness))
+
+
+def compose_dispatch(distributor: tff.templates.MeasuredProcess,
+                     client_fn: tff.Computation) -> tff.Computation:
+  """Downloads through `distributor` and trains with `client_fn`, for the clients given.
+
+  The clients train on what they decoded (an 8-bit broadcast: the 8-bit model),
+  and the distributor's state advances once per call, as in a synchronous round.
+  """
+  weights_type, data_type = client_fn.type_signature.parameter
+
+  @tff.federated_computation(distributor.initialize.type_signature.result,
+                             tff.FederatedType(weights_type, tff.SERVER),
+                             tff.FederatedType(data_type, tff.CLIENTS))
+  def dispatch(state, weights, data):
+    sent = distributor.next(state, weights)
+    result, stats = tff.federated_map(client_fn, (sent.result, data))
+    return sent.state, result, stats
+
+  return dispatch
 
 
 def compose_buffered(initial_weights_fn: tff.Computation,
