@@ -7,5 +7,5 @@ shapes (its outputs' sizes follow from its input's), so the compiled round
 sizes what crosses the wire exactly, and draws its randomness from
 `tensor_encoding_api.noise_seed`. None of them commutes with the sum (each
 client has its own scale, coordinates or rotation): the server decodes each
-client's value before summing.
+client's value before summing (`base.PerClientStage`).
 """

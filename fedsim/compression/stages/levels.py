@@ -25,12 +25,13 @@ import collections
 import tensorflow as tf
 
 from fedsim.compression import tensor_encoding_api as te_api
+from fedsim.compression.stages.base import PerClientStage
 
 L2, MAX = "l2", "max"
 
 
 @te_api.tf_style_encoding_stage
-class StochasticLevelsStage(te_api.EncodingStageInterface):
+class StochasticLevelsStage(PerClientStage):
   """|x| / scale rounded stochastically to `levels` steps; sign and level as one symbol.
 
   Encoded: `symbols` (x's shape, integers 0 .. 2 * levels, as x's float dtype)
@@ -56,19 +57,8 @@ class StochasticLevelsStage(te_api.EncodingStageInterface):
     return f"levels_{self._scale_name}"
 
   @property
-  def compressible_tensors_keys(self):
-    return [self.ENCODED_VALUES_KEY]
-
-  @property
-  def commutes_with_sum(self):
-    return False
-
-  @property
   def decode_needs_input_shape(self):
     return self._bucket > 0
-
-  def get_params(self):
-    return collections.OrderedDict(), collections.OrderedDict()
 
   def encode(self, x, encode_params):
     del encode_params  # Empty.

@@ -17,6 +17,7 @@ import collections
 import tensorflow as tf
 
 from fedsim.compression import tensor_encoding_api as te_api
+from fedsim.compression.stages.base import PerClientStage
 
 MEAN_ABS, UNBIASED = "mean_abs", "unbiased"
 
@@ -33,7 +34,7 @@ _SCALES = {MEAN_ABS: _mean_abs, UNBIASED: _unbiased}
 
 
 @te_api.tf_style_encoding_stage
-class SignStage(te_api.EncodingStageInterface):
+class SignStage(PerClientStage):
   """x -> (bits 1 for x_i >= 0 / 0 for x_i < 0, as x's dtype; one scale)."""
 
   ENCODED_VALUES_KEY = "signs"
@@ -46,21 +47,6 @@ class SignStage(te_api.EncodingStageInterface):
   @property
   def name(self):
     return f"sign_{self._scale_name}"
-
-  @property
-  def compressible_tensors_keys(self):
-    return [self.ENCODED_VALUES_KEY]
-
-  @property
-  def commutes_with_sum(self):
-    return False
-
-  @property
-  def decode_needs_input_shape(self):
-    return False
-
-  def get_params(self):
-    return collections.OrderedDict(), collections.OrderedDict()
 
   def encode(self, x, encode_params):
     del encode_params  # Empty.

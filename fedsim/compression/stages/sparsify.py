@@ -19,6 +19,7 @@ import math
 import tensorflow as tf
 
 from fedsim.compression import tensor_encoding_api as te_api
+from fedsim.compression.stages.base import PerClientStage
 
 
 def kept_coordinates(n: int, fraction: float, k: int = 0) -> int:
@@ -27,28 +28,15 @@ def kept_coordinates(n: int, fraction: float, k: int = 0) -> int:
   return max(1, min(n, wanted))
 
 
-class _Sparsify(te_api.EncodingStageInterface):
+class _Sparsify(PerClientStage):
   """Shared shape of both stages: flat x [n] -> values [k] + how to find their indices."""
-
-  ENCODED_VALUES_KEY = "values"
 
   def __init__(self, fraction: float = 0.01, k: int = 0):
     self._fraction, self._k = fraction, k
 
   @property
-  def compressible_tensors_keys(self):
-    return [self.ENCODED_VALUES_KEY]
-
-  @property
-  def commutes_with_sum(self):
-    return False
-
-  @property
   def decode_needs_input_shape(self):
     return True
-
-  def get_params(self):
-    return collections.OrderedDict(), collections.OrderedDict()
 
   def _count(self, x) -> int:
     if x.shape.rank != 1 or x.shape[0] is None:
