@@ -189,7 +189,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     return error.exit_code
   except KeyboardInterrupt:
     print("fedsim: interrupted", file=sys.stderr)
+    _exit_now_if_signalled(130)
     return 130
+  except SystemExit as e:  # SIGTERM, as fedsim.runtime.signals raises it
+    _exit_now_if_signalled(e.code if isinstance(e.code, int) else 1)
+    raise
+
+
+def _exit_now_if_signalled(code: int) -> None:
+  from fedsim.runtime import signals  # pylint: disable=g-import-not-at-top
+  signals.exit_now_if_signalled(code)
 
 
 if __name__ == "__main__":

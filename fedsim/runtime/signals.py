@@ -8,6 +8,8 @@
   sits in a C call that never returns to Python) runs the forced-exit hooks,
   SIGKILLs its workers and leaves with `os._exit`.
 * A second SIGINT leaves that way at once.
+* Once fedsim's own cleanup is done, the CLI leaves a signalled process with
+  `exit_now_if_signalled`, skipping Python's teardown.
 * At exit, TFF's own default context is dropped while Python's modules are
   still intact (see `fedsim.backend.contexts.drop_default`).
 
@@ -33,6 +35,7 @@ _HOOK_TIMEOUT_S = 1.0
 _lock = threading.RLock()  # A signal handler may run while the main thread holds it.
 _installed = False
 _handled_interrupts = 0   # SIGINTs whose Python handler ran
+_signalled = False        # a SIGINT or SIGTERM has started this exit
 _deadline: threading.Timer | None = None
 _exiting = threading.Lock()
 _hooks: list[Callable[[], None]] = []
@@ -78,9 +81,32 @@ def forced_exit_hook(hook: Callable[[], None]) -> Iterator[None]:
       _hooks.remove(hook)
 
 
+def exit_now_if_signalled(code: int) -> None:
+  """Ends the process with `code` at once if a SIGINT / SIGTERM started this exit.
+
+  Call it once the run's own cleanup is done (status written, worker
+  stopped). Python's teardown would then spend seconds in TensorFlow's
+  destructors, and aborts the process ('FATAL: exception not rethrown') when
+  a TFF thread is still inside TensorFlow's C++ with a computation that the
+  interrupt cut short. Returns (doing nothing) if no signal was received.
+  """
+  if not _signalled:
+    return
+  worker = sys.modules.get("fedsim.runtime.worker")
+  if worker is not None:
+    worker.shutdown()  # Bounded; normally nothing is left by now.
+  for stream in (sys.stdout, sys.stderr):
+    try:
+      stream.flush()
+    except (OSError, ValueError):
+      pass
+  os._exit(code)  # pylint: disable=protected-access
+
+
 def _on_sigint(signum, frame) -> None:
   del signum, frame
-  global _handled_interrupts
+  global _handled_interrupts, _signalled
+  _signalled = True
   _handled_interrupts += 1
   if _handled_interrupts > 1:
     force_exit(130, "interrupted again; exiting now")
@@ -89,6 +115,8 @@ def _on_sigint(signum, frame) -> None:
 
 def _on_sigterm(signum, frame) -> None:
   del frame
+  global _signalled
+  _signalled = True
   raise SystemExit(128 + signum)
 
 
