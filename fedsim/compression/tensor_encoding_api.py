@@ -328,7 +328,8 @@ def quantization_encoder(bits: int, stochastic: bool, rotate: bool) -> Encoder:
   4 bytes): about bits * 32 / 28 bits per element on the wire.
   The rotation pads the vector with zeros to the next power of two; its signs'
   seed (int32[2], 64 bits) travels with the encoded value. Random draws are
-  seeded by the values encoded, so encoding is a pure function.
+  seeded by `noise_seed` (the values encoded, salted with the run seed and the
+  tensor's index), so encoding is a pure function.
   """
   steps = [stages.FlattenEncodingStage()]
   if rotate:
