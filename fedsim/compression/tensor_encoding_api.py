@@ -21,7 +21,9 @@ noise is a pure function of (run seed, tensor, values): runs repeat bit for
 bit, a different run seed gives different noise, and clients and rounds,
 whose values differ, draw unrelated noise. Inside TFF's aggregation a client
 knows neither its id nor the round; its values stand in for both (two
-clients sending identical values draw identical noise).
+clients sending identical values draw identical noise). A user stage that
+draws noise should do the same: take `salt_or_current(None)` in its
+constructor and seed its stateless draws with `noise_seed(x, salt)`.
 """
 
 from __future__ import annotations
