@@ -12,6 +12,15 @@ and the server moves the center by the sum over the clients that reported:
     x~ <- x~ + sum_i alpha d_i.
 The center is the model that is evaluated, checkpointed and exported; the
 local models are client state (kept on disk by the run loop).
+
+Defaults follow TensorFlow's `ElasticAverageOptimizer` (seed 002):
+    alpha = 0.9 / tau / p,   rho = alpha / (client learning rate),
+with p the number of workers, here `clients_per_round` (the clients whose
+moves sum into the center each round): p alpha = 0.9 / tau, the paper's
+beta = p alpha = 0.9 divided by TF's communication period, and the elastic
+pull per local step, lr rho, equals alpha. The pull in local steps is toward
+the center the client received this round (in TF: the copy of the center it
+read at its last communication).
 """
 
 from __future__ import annotations
@@ -22,19 +31,36 @@ import dataclasses
 from fedsim.algorithms import ALGORITHMS, ClientPlan, FederatedAlgorithm, Task
 from fedsim.algorithms.accumulation import GradientAccumulation, accumulation_field
 from fedsim.config.typed import Component, bounded, component
+from fedsim.errors import UserError
 from fedsim.learning.optimizers import OPTIMIZERS
 
 
 @dataclasses.dataclass(frozen=True)
 class EasgdParams:
   client_optimizer: Component = component(OPTIMIZERS, {"name": "sgd", "learning_rate": 0.1})
-  moving_rate: float = bounded(0.1, gt=0, max=1)      # alpha
-  rho: float = bounded(0.0, min=0)                    # elastic strength in local steps
+  moving_rate: float | None = bounded(None, gt=0, max=1)  # alpha; None: 0.9 / tau / p
+  rho: float | None = bounded(None, min=0)      # elastic strength; None: alpha / client lr
   communication_period: int = bounded(10, min=1)      # tau: local steps per round
   gradient_accumulation: GradientAccumulation = accumulation_field()
 
   def aggregation_kind(self) -> str:
     return "sum"  # the center moves by the sum of the clients' elastic differences
+
+  def resolved(self, clients_per_round: int) -> tuple[float, float]:
+    """(moving_rate, rho), TF's `ElasticAverageOptimizer` defaults where unset.
+
+    Raises:
+      UserError: rho is unset and the client optimizer has no learning_rate.
+    """
+    alpha = (self.moving_rate if self.moving_rate is not None
+             else 0.9 / self.communication_period / max(clients_per_round, 1))
+    if self.rho is not None:
+      return alpha, self.rho
+    learning_rate = getattr(self.client_optimizer.params, "learning_rate", None)
+    if not learning_rate:
+      raise UserError(f"algorithm.rho: its default is moving_rate / the client learning"
+                      f" rate, but optimizer '{self.client_optimizer.name}' has none; set rho")
+    return alpha, alpha / learning_rate
 
 
 @ALGORITHMS.register("easgd", params=EasgdParams)
@@ -58,7 +84,7 @@ def build_easgd(params: EasgdParams, task: Task) -> FederatedAlgorithm:
   if accumulation.carry:
     initial_client_state["window"] = client_work.empty_window_arrays(trainable)
   predict = task.model.predict
-  alpha, rho = params.moving_rate, params.rho
+  alpha, rho = params.resolved(task.clients_per_round)
 
   def update_fn(model_weights, batches, client_state):
     center = tuple(model_weights.trainable)

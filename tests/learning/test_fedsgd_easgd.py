@@ -75,3 +75,33 @@ def test_easgd_two_rounds_match_numpy(tff_runtime, rho):
   for idx in (0, 1, 2):
     np.testing.assert_allclose(stored[idx]["weights"][0], local[idx][0], atol=1e-5)
     assert float(stored[idx]["initialized"]) == 1.0
+
+
+def test_easgd_defaults_are_tensorflows():
+  """ElasticAverageOptimizer (seed 002): moving_rate = 0.9 / period / workers,
+  rho = moving_rate / learning rate; workers = clients_per_round."""
+  from fedsim.algorithms import ALGORITHMS
+  from fedsim.config.typed import parse
+  entry = ALGORITHMS.get("easgd")
+  params = parse(entry.params, {"client_optimizer": {"name": "adam", "learning_rate": 0.02},
+                                "communication_period": 4})
+  alpha, rho = params.resolved(clients_per_round=5)
+  assert alpha == pytest.approx(0.9 / 4 / 5) and rho == pytest.approx(0.9 / 4 / 5 / 0.02)
+  given = parse(entry.params, {"moving_rate": 0.3, "rho": 0.0})
+  assert given.resolved(clients_per_round=5) == (0.3, 0.0)
+
+
+def test_easgd_with_default_rates_matches_numpy(tff_runtime):
+  model = builders.task_model()
+  alg = builders.algorithm("easgd", {"client_optimizer": {"name": "sgd", "learning_rate": 0.2},
+                                     "communication_period": 3}, model, clients_per_round=2)
+  round1 = _clients(31, [(3, 0), (3, 1)])
+  schedule = [[(0, round1[0]), (1, round1[1])]]
+  state = alg.process.initialize()
+  state, _, _ = alg.process.next(state, round1, [alg.initial_client_state] * 2)
+  w, b = [np.array(v) for v in model.initial_weights.trainable]
+  alpha = 0.9 / 3 / 2
+  center, _ = _easgd_reference(w, b, schedule, alpha=alpha, rho=alpha / 0.2, lr=0.2)
+  trained = alg.model_weights(state).trainable
+  np.testing.assert_allclose(trained[0], center[0], atol=1e-5)
+  np.testing.assert_allclose(trained[1], center[1], atol=1e-5)
