@@ -42,12 +42,20 @@ class FedAvgParams:
 @ALGORITHMS.register("fedavg", params=FedAvgParams)
 def build_fedavg(params: FedAvgParams, task: Task) -> FederatedAlgorithm:
   """Federated averaging with client and server optimizers."""
+  return build_model_averaging(params, task)
+
+
+def build_model_averaging(params: FedAvgParams, task: Task,
+                          extra_gradient=None) -> FederatedAlgorithm:
+  """FedAvg's composition; `extra_gradient(received weights) -> (weights ->
+  gradient)` adds a term to the clients' local objective (FedProx)."""
   from fedsim.learning import client_work, stages
   work = client_work.model_delta_client_work(
       task, OPTIMIZERS.get(params.client_optimizer.name).build(params.client_optimizer.params),
       uniform_weighting=params.client_weighting == "uniform",
       accumulation=params.gradient_accumulation.for_training(),
-      keep_optimizer_state=params.client_optimizer_state == "keep")
+      keep_optimizer_state=params.client_optimizer_state == "keep",
+      extra_gradient=extra_gradient)
   return stages.compose_model_update_algorithm(
       task, work,
       server_optimizer=OPTIMIZERS.get(params.server_optimizer.name).build(
