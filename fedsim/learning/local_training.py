@@ -93,7 +93,10 @@ def batch_gradient(predict, weights, x, y, mask, extra_gradient=None, pad_label=
     tape.watch(weights)
     loss, stats = batch_loss(predict, weights, x, y, mask, pad_label)
   grads = tape.gradient(loss, weights)
-  grads = tuple(tf.zeros_like(w) if g is None else g for g, w in zip(grads, weights))
+  # Dense: an embedding's gradient arrives as IndexedSlices, which windows and
+  # optimizers would have to special-case.
+  grads = tuple(tf.zeros_like(w) if g is None else tf.convert_to_tensor(g)
+                for g, w in zip(grads, weights))
   if extra_gradient is not None:
     grads = tuple(g + e for g, e in zip(grads, extra_gradient(weights)))
   return grads, stats
