@@ -393,3 +393,49 @@ def encoded_sum_factory(
   so the clients' `work` output is the encoded form.
   """
   return _IndexedEncodedSumFactory(encoder_fn)
+
+
+def _packing_bits(stage: Any) -> int | None:
+  """The input bits of a bit-packing stage under fedsim's and tensor_encoding's
+  wrappers, or None if `stage` does not pack bits."""
+  while True:
+    if isinstance(stage, te.stages.BitpackingEncodingStage):
+      return stage._input_bits   # pylint: disable=protected-access
+    inner = stage.__dict__.get("_wrapped_stage") or stage.__dict__.get("_stage")
+    if inner is None:
+      return None
+    stage = inner
+
+
+def _without_packing(encoder: Encoder) -> tuple[Encoder, dict[str, int]]:
+  """`encoder` with its bit-packing leaves removed, and the bits each packed (by key path)."""
+  children, bits = {}, {}
+  for key, child in encoder.children.items():
+    packed = _packing_bits(child.stage)
+    if packed is not None and not child.children:
+      bits[key] = packed
+    else:
+      children[key], inner = _without_packing(child)
+      bits.update({f"{key}/{k}": b for k, b in inner.items()})
+  return te.core.Encoder(encoder.stage, children), bits
+
+
+def packed_symbols(encoder: Encoder, x: tf.Tensor) -> list[tuple[tf.Tensor, int]]:
+  """(symbols, bits) of every bit-packed output of encoding `x` with `encoder`.
+
+  The symbols are what bit packing would write (integers in [0, 2**bits), as
+  floats), drawn with the same noise as encoding `x` under the same
+  `noise_key`; [] if `encoder` packs nothing.
+  """
+  unpacked, bits = _without_packing(encoder)
+  if not bits:
+    return []
+  encode_params, _ = unpacked.get_params(unpacked.initial_state())
+  encoded, _, _ = unpacked.encode(x, encode_params)
+
+  def find(tree, path):
+    for key in path.split("/"):
+      tree = tree[key]
+    return tree
+
+  return [(find(encoded, path), b) for path, b in bits.items()]

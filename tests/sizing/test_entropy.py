@@ -51,3 +51,26 @@ def test_a_single_repeated_symbol_costs_only_its_table():
 def test_symbols_outside_the_alphabet_are_refused(symbols):
   with pytest.raises(ValueError, match="integers in"):
     entropy_bits(np.array(symbols), 4)
+
+
+def test_encoded_entropy_counts_the_symbols_the_wire_carries():
+  import tensorflow as tf
+  from fedsim.compression import parse_direction
+  from fedsim.compression import tensor_encoding_api as te_api
+  from fedsim.compression.encoders import encoder_for
+  from fedsim.sizing.encoded_entropy import encoded_entropy_bits
+  rng = np.random.default_rng(3)
+  values = [rng.normal(size=[60, 50]).astype(np.float32), rng.normal(size=[10]).astype(np.float32)]
+  direction = parse_direction({"encoder": "uniform", "bits": 4, "min_elements": 100}, "b")
+  bits = encoded_entropy_bits(values, direction, seed=5)
+  # The symbols are the stochastic levels the encoder decodes from: recover
+  # them from the decoded value (min + level * step) under the same seed and index.
+  spec = tf.TensorSpec(values[0].shape, tf.float32)
+  with te_api.noise_key(5, 0):
+    encoder = te_api.simple_encoder(encoder_for(spec, direction), spec)
+  decoded = encoder.decode(encoder.encode(tf.constant(values[0]))[0]).numpy()
+  low, high = values[0].min(), values[0].max()
+  levels = np.round((decoded - low) / (high - low) * 15).astype(np.int64)
+  assert bits.raw == 3000 * 4   # the 10-element tensor is sent unencoded
+  assert bits.entropy == _reference(levels.reshape(-1), 16)
+  assert bits.entropy < bits.raw

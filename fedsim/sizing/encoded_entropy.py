@@ -1,0 +1,57 @@
+"""Entropy-coded bits of what an encoder packs, for actual values (TensorFlow, eager).
+
+The compiled round does not return the encoded values, so this re-encodes
+them: with the same run seed and tensor indices the noise is the same as in
+the round (see `tensor_encoding_api.noise_seed`), so for the broadcast, which
+encodes the server's model, these are the symbols that crossed the wire.
+Only bit-packed symbols count: floats (scales, top-k values), indices, seeds
+and tensors sent unencoded are not entropy-coded here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from fedsim.compression import DirectionSpec
+from fedsim.compression import tensor_encoding_api as te_api
+from fedsim.compression.encoders import encoder_for
+from fedsim.sizing.entropy import entropy_bits, raw_bits
+
+
+@dataclasses.dataclass(frozen=True)
+class SymbolBits:
+  """Bits of the packed symbols of one encoded value."""
+
+  raw: int       # at the packing's bits per symbol (before 28-in-32 packing)
+  entropy: int   # what `entropy_bits` says an entropy coder sends instead
+
+
+def encoded_entropy_bits(values: Sequence[np.ndarray], direction: DirectionSpec | None,
+                         seed: int = 0) -> SymbolBits:
+  """Raw and entropy-coded bits of the symbols `direction` packs for `values`.
+
+  Args:
+    values: the value's tensors in flattened (`tf.nest`) order, as the
+      encoded broadcast or sum sees them (their index salts the noise).
+    direction: the encode stage's spec; None encodes nothing.
+    seed: the run seed.
+
+  Returns:
+    The sums over tensors and packed outputs; the alphabet of a b-bit packing
+    is 2**b symbols.
+  """
+  raw = coded = 0
+  for index, value in enumerate(values):
+    value = np.asarray(value)
+    spec = tf.TensorSpec(value.shape, tf.as_dtype(value.dtype))
+    with te_api.noise_key(seed, index):
+      encoder = encoder_for(spec, direction)
+    for symbols, bits in te_api.packed_symbols(encoder, tf.constant(value)):
+      symbols = np.round(symbols.numpy())
+      raw += raw_bits(symbols.size, 2**bits)
+      coded += entropy_bits(symbols, 2**bits)
+  return SymbolBits(raw=raw, entropy=coded)
