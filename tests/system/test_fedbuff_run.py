@@ -106,3 +106,4 @@ def test_event_schedule_matches_the_paper_and_repeats_bit_for_bit(tff_runtime, t
   _same(runs["first"], runs["again"])
   strip = lambda rs: [{k: v for k, v in r.items() if k not in WALL_CLOCK} for r in rs]
   assert strip(rows) == strip(runs["again"].metrics)
+
