@@ -30,6 +30,7 @@ class Task:
   aggregation: tuple = ()          # parsed aggregation stages, outermost first
   broadcast: tuple = ()            # parsed broadcast stages (at most one)
   clients_per_round: int = 1       # expected aggregated clients (DP means divide by it)
+  num_clients: int = 0             # clients in the population (0: unknown)
   seed: int = 0                    # the run seed: stages derive their randomness from it
 
 

@@ -18,4 +18,4 @@ ALGORITHMS = Registry("algorithm")
 __all__ = ["ALGORITHMS", "ClientPlan", "FederatedAlgorithm", "Task"]
 
 
-from fedsim.algorithms import easgd, fedavg, fedbuff, fedprox, fedsgd  # noqa: E402,F401  (registers)
+from fedsim.algorithms import easgd, fedavg, fedbuff, fedprox, fedsgd, scaffold  # noqa: E402,F401  (registers)

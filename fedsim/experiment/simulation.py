@@ -62,11 +62,12 @@ def build_simulation(config: ExperimentConfig) -> Simulation:
                              pad_label=data.pad_label)
   except ValueError as e:
     raise UserError(f"model.name: {e}") from None
-  algorithm = _build_algorithm(config, model)
+  algorithm = _build_algorithm(config, model, num_clients=len(data.client_ids))
   wire = _wire_bits(algorithm)
   # The uncompressed reference (the same chains without their encoders) is
   # sized from its own compiled process too.
-  uncompressed = (_wire_bits(_build_algorithm(config, model, compressed=False))
+  uncompressed = (_wire_bits(_build_algorithm(config, model, compressed=False,
+                                              num_clients=len(data.client_ids)))
                   if _compresses(config) else wire)
   round_process, notice = _round_process(algorithm, config.runtime)
   return Simulation(
@@ -114,7 +115,8 @@ def _compresses(config) -> bool:
           or any(is_compressing(BROADCAST_STAGES, s) for s in config.broadcast_chain()))
 
 
-def _build_algorithm(config, model, compressed: bool = True) -> FederatedAlgorithm:
+def _build_algorithm(config, model, compressed: bool = True,
+                     num_clients: int = 0) -> FederatedAlgorithm:
   """The configured algorithm; with `compressed` False, its chains lose their encoders."""
   aggregation, broadcast = config.aggregation_chain(), config.broadcast_chain()
   if not compressed:
@@ -122,7 +124,8 @@ def _build_algorithm(config, model, compressed: bool = True) -> FederatedAlgorit
     broadcast = tuple(s for s in broadcast if not is_compressing(BROADCAST_STAGES, s))
   task = Task(model=model, batch_size=config.data.params.batch_size,
               epochs=config.data.params.epochs, aggregation=aggregation, broadcast=broadcast,
-              clients_per_round=config.clients_per_round, seed=config.seed)
+              clients_per_round=config.clients_per_round, seed=config.seed,
+              num_clients=num_clients)
   return ALGORITHMS.get(config.algorithm.name).build(config.algorithm.params, task)
 
 

@@ -113,35 +113,80 @@ def build_client_work(weights_type, data_type, client_update: Callable) -> Clien
                     client_fn=client_fn, finalize_metrics=finalize)
 
 
+class SharedState(NamedTuple):
+  """A value the client-work stage keeps on the server and sends to every
+  sampled client with the model (SCAFFOLD's server control variate), updated
+  each round from a plain float sum of what the clients contribute to it."""
+
+  initial: Any          # NumPy structure: the value before the first round
+  update: Callable      # (value, summed contributions) -> new value (TensorFlow)
+
+
 def build_stateful_client_work(weights_type, data_type, initial_client_state,
-                               client_update: Callable) -> ClientWork:
+                               client_update: Callable,
+                               shared: SharedState | None = None) -> ClientWork:
   """Client work whose clients keep state between the rounds they take part in.
 
   `client_update(model_weights, batches, client_state) -> (update,
   update_weight, stats, new_client_state)`; `initial_client_state` is the
   NumPy structure a client starts from (the run loop stores states on disk).
+  With `shared`, `client_update` also takes the shared value and returns a
+  fifth element, its contribution to the sum that updates the shared value.
+  The shared value is this stage's server state (checkpointed with it); it
+  and the contributions cross the wire unencoded, outside the aggregation chain.
   """
-  state_type = tff.types.tensorflow_to_type(tf.nest.map_structure(
-      lambda a: tf.TensorSpec(np.shape(a), tf.as_dtype(np.asarray(a).dtype)),
-      initial_client_state))
+  def type_of(structure):
+    return tff.types.tensorflow_to_type(tf.nest.map_structure(
+        lambda a: tf.TensorSpec(np.shape(a), tf.as_dtype(np.asarray(a).dtype)), structure))
 
-  @tff.tensorflow.computation(weights_type, data_type, state_type)
-  def client_fn(model_weights, batches, client_state):
-    update, update_weight, stats, new_state = client_update(model_weights, batches, client_state)
+  state_type = type_of(initial_client_state)
+  sequence = _is_sequence(data_type)
+  finalize = _metrics_finalizer(sequence)
+
+  def one_client(*args):
+    update, update_weight, stats, new_state, *contribution = client_update(*args)
     result = tff.learning.templates.ClientResult(update=update, update_weight=update_weight)
-    return (result, new_state), _stats_dict(stats, _is_sequence(data_type))
+    return ((result, new_state), _stats_dict(stats, sequence), *contribution)
 
-  finalize = _metrics_finalizer(_is_sequence(data_type))
+  if shared is None:
+    client_fn = tff.tensorflow.computation(
+        lambda model_weights, batches, client_state: one_client(
+            model_weights, batches, client_state),
+        weights_type, data_type, state_type)
+  else:
+    shared_type = type_of(shared.initial)
+    client_fn = tff.tensorflow.computation(
+        lambda model_weights, batches, client_state, shared_value: one_client(
+            model_weights, batches, client_state, shared_value),
+        weights_type, data_type, state_type, shared_type)
 
-  @tff.federated_computation()
-  def init_fn():
-    return tff.federated_value((), tff.SERVER)
+  if shared is None:
+    @tff.federated_computation()
+    def init_fn():
+      return tff.federated_value((), tff.SERVER)
+  else:
+    @tff.tensorflow.computation
+    def initial_shared():
+      return tf.nest.map_structure(tf.constant, shared.initial)
+
+    @tff.tensorflow.computation(shared_type, client_fn.type_signature.result[2])
+    def update_shared(value, total):
+      return shared.update(value, total)
+
+    @tff.federated_computation()
+    def init_fn():
+      return tff.federated_eval(initial_shared, tff.SERVER)
 
   @tff.federated_computation(
       init_fn.type_signature.result, tff.FederatedType(weights_type, tff.CLIENTS),
       tff.FederatedType(data_type, tff.CLIENTS), tff.FederatedType(state_type, tff.CLIENTS))
   def next_fn(state, model_weights, data, client_states):
-    outputs, stats = tff.federated_map(client_fn, (model_weights, data, client_states))
+    if shared is None:
+      outputs, stats = tff.federated_map(client_fn, (model_weights, data, client_states))
+    else:
+      outputs, stats, contributions = tff.federated_map(
+          client_fn, (model_weights, data, client_states, tff.federated_broadcast(state)))
+      state = tff.federated_map(update_shared, (state, tff.federated_sum(contributions)))
     measurements = tff.federated_map(finalize, tff.federated_sum(stats))
     return tff.templates.MeasuredProcessOutput(state, outputs, measurements)
 

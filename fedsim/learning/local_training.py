@@ -135,6 +135,7 @@ class TrainResult(NamedTuple):
   optimizer_state: Any
   stats: BatchStats
   window: dict   # the partial window carried over (empty unless `carry`)
+  steps: tf.Tensor  # optimizer steps applied (float32)
 
 
 def train(predict: Callable, optimizer, weights: Weights, optimizer_state, batches,
@@ -173,7 +174,7 @@ def train(predict: Callable, optimizer, weights: Weights, optimizer_state, batch
       "grads": tuple(window["grads"]), "passes": window["passes"],
       "targets": window["targets"]}
 
-  def step(i, weights, opt_state, window, stats):
+  def step(i, weights, opt_state, window, stats, applied):
     x, y, mask = batches["x"][i], batches["y"][i], batches["mask"][i]
     has_targets = num_targets(y, mask, pad_label) > 0
 
@@ -202,12 +203,13 @@ def train(predict: Callable, optimizer, weights: Weights, optimizer_state, batch
 
     weights, opt_state, window = tf.cond(
         apply_now, apply, lambda: (weights, opt_state, window))
-    return i + 1, weights, opt_state, window, stats
+    applied += tf.cast(apply_now, tf.float32)
+    return i + 1, weights, opt_state, window, stats, applied
 
-  _, weights, optimizer_state, window, stats = tf.while_loop(
+  _, weights, optimizer_state, window, stats, applied = tf.while_loop(
       lambda i, *_: i < num_steps, step,
-      (tf.constant(0), weights, optimizer_state, window, zero_stats()))
-  return TrainResult(weights, optimizer_state, stats, window)
+      (tf.constant(0), weights, optimizer_state, window, zero_stats(), tf.constant(0.0)))
+  return TrainResult(weights, optimizer_state, stats, window, applied)
 
 
 def gradient(predict: Callable, weights: Weights, batches, pad_label: int | None = None):

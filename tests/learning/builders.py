@@ -16,7 +16,7 @@ def task_model(model="logistic", input_shape=(3,), num_classes=2, seed=0, **mode
 
 
 def algorithm(name, params, model, batch_size=2, epochs=1, compression=None,
-              aggregation=(), broadcast=(), clients_per_round=1, seed=0):
+              aggregation=(), broadcast=(), clients_per_round=1, seed=0, num_clients=0):
   """The algorithm `name` built for `model`.
 
   `compression` is a parsed `compression:` section (its shorthand: a final
@@ -32,4 +32,5 @@ def algorithm(name, params, model, batch_size=2, epochs=1, compression=None,
   return entry.build(parse(entry.params, params, "algorithm"),
                      Task(model=model, batch_size=batch_size, epochs=epochs,
                           aggregation=aggregation, broadcast=broadcast,
-                          clients_per_round=clients_per_round, seed=seed))
+                          clients_per_round=clients_per_round, seed=seed,
+                          num_clients=num_clients))

@@ -208,7 +208,7 @@ def test_sequence_training_follows_the_token_weighted_gradient():
     return local_training.train(_sequence_predict, opt, (tf.constant(w0), tf.constant(b0)),
                                 opt.initialize(specs), batches, pad_label=0)
 
-  (w, b), _, stats, _ = run({"x": tf.constant(x), "y": tf.constant(y),
+  (w, b), _, stats, _, steps = run({"x": tf.constant(x), "y": tf.constant(y),
                             "mask": tf.constant(mask)})
   # NumPy: one step on the mean cross-entropy over the 3 real tokens of batch 0.
   xs = np.stack([x[0, 0, 0], x[0, 0, 1], x[0, 1, 0]]).astype(np.float64)
@@ -219,3 +219,4 @@ def test_sequence_training_follows_the_token_weighted_gradient():
   np.testing.assert_allclose(w, w0 - 0.5 * grad_w, atol=1e-6)
   np.testing.assert_allclose(b, b0 - 0.5 * grad_b, atol=1e-6)
   assert float(stats.num_examples) == 2 and float(stats.num_targets) == 3
+  assert float(steps) == 1
