@@ -77,6 +77,9 @@ def _parser() -> argparse.ArgumentParser:
                                        " accuracy, total bits each way, ratio vs. an"
                                        " uncompressed run) and write accuracy_vs_bits.png"
                                        " into the experiment directory.")
+  compare.add_argument("--target", type=float, default=None, metavar="ACCURACY",
+                       help="also show where each run first reached this eval accuracy:"
+                            " its round, cumulative bits both ways and simulated hours")
   compare.add_argument("experiment_dir", metavar="DIR",
                        help="experiment directory holding run directories, e.g. runs/<name>")
 
@@ -158,7 +161,7 @@ def _list(args) -> int:
 
 def _compare(args) -> int:
   from fedsim.reporting import compare
-  print(compare.format_comparison(compare.compare_runs(args.experiment_dir)))
+  print(compare.format_comparison(compare.compare_runs(args.experiment_dir, args.target)))
   print(f"plot: {compare.plot_accuracy_vs_bits(args.experiment_dir)}")
   return 0
 

@@ -76,6 +76,17 @@ class Run:
         accuracy.append(row[_ACCURACY])
     return bits, accuracy
 
+  def to_target(self, target: float) -> dict[str, float] | None:
+    """Where the run first evaluated at `target` accuracy or above: its round,
+    cumulative bits (both directions) and simulated seconds; None if never."""
+    for row in self.metrics:
+      if row.get(_ACCURACY, -1.0) >= target:
+        return {"round": row.get("round"),
+                "bits": row.get("cumulative_broadcast_bits", 0)
+                        + row.get("cumulative_aggregate_bits", 0),
+                "seconds": row.get("simulated_seconds")}
+    return None
+
 
 def _read_config(path: pathlib.Path) -> Mapping[str, Any]:
   try:
@@ -142,7 +153,8 @@ def _reference_for(run: Run, runs: Sequence[Run]) -> Run | None:
       (r.config.get("algorithm") or {}).get("name") != algorithm, r.status != "completed"))
 
 
-def compare_runs(experiment_dir: str | os.PathLike) -> list[dict[str, Any]]:
+def compare_runs(experiment_dir: str | os.PathLike,
+                 target: float | None = None) -> list[dict[str, Any]]:
   """The comparison table of an experiment, one dict per run (for notebooks).
 
   Keys: 'variant' (run directory name), 'status', 'rounds' (recorded),
@@ -150,7 +162,11 @@ def compare_runs(experiment_dir: str | os.PathLike) -> list[dict[str, Any]]:
   'aggregate_bits' (totals over the recorded rounds, bits), 'broadcast_ratio'
   and 'aggregate_ratio' (the reference's bits per client / this run's:
   how many times less it sends; None without a reference), 'reference' (the
-  uncompressed run the ratios are relative to, or None).
+  uncompressed run the ratios are relative to, or None), 'privacy/epsilon'
+  (the last logged epsilon of a differentially private run, else None). With
+  `target` (an eval accuracy), also 'target_round', 'target_bits' (cumulative
+  bits both ways) and 'target_seconds' (simulated) where the run first
+  reached it, None if it never did.
 
   Raises:
     UserError: as `load_runs`.
@@ -175,6 +191,10 @@ def compare_runs(experiment_dir: str | os.PathLike) -> list[dict[str, Any]]:
       row[f"{direction}_ratio"] = ratio
     row["reference"] = reference.name if reference is not None else None
     row[_EPSILON] = next((r[_EPSILON] for r in reversed(run.metrics) if _EPSILON in r), None)
+    if target is not None:
+      reached = run.to_target(target) or {}
+      for key in ("round", "bits", "seconds"):
+        row[f"target_{key}"] = reached.get(key)
     rows.append(row)
   return rows
 
@@ -183,7 +203,9 @@ def _cell(value: Any, kind: str) -> str:
   if value is None:
     return "n/a" if kind == "ratio" else "-"
   return {"accuracy": lambda v: f"{v:.4f}", "bits": format_bits,
-          "ratio": lambda v: f"{v:.2f}x", "epsilon": lambda v: f"{v:.4g}"}.get(kind, str)(value)
+          "ratio": lambda v: f"{v:.2f}x", "epsilon": lambda v: f"{v:.4g}",
+          "round": lambda v: str(int(v)),
+          "hours": lambda v: f"{v / 3600:.4g}"}.get(kind, str)(value)
 
 
 _COLUMNS = (("variant", "variant", "text"), ("status", "status", "text"),
@@ -193,6 +215,9 @@ _COLUMNS = (("variant", "variant", "text"), ("status", "status", "text"),
             ("aggregate_ratio", "aggregate ratio", "ratio"))
 _EPSILON = "privacy/epsilon"
 _EPSILON_COLUMN = (_EPSILON, "epsilon", "epsilon")
+_TARGET_COLUMNS = (("target_round", "round to target", "round"),
+                   ("target_bits", "bits to target", "bits"),
+                   ("target_seconds", "sim. hours to target", "hours"))
 
 
 def format_comparison(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -200,6 +225,8 @@ def format_comparison(rows: Sequence[Mapping[str, Any]]) -> str:
   (and an epsilon column when a run is differentially private)."""
   columns = _COLUMNS + ((_EPSILON_COLUMN,) if any(r.get(_EPSILON) is not None for r in rows)
                         else ())
+  if any("target_round" in r for r in rows):
+    columns += _TARGET_COLUMNS
   table = [[title for _, title, _ in columns]]
   table += [[_cell(row.get(key), kind) for key, _, kind in columns] for row in rows]
   widths = [max(len(line[i]) for line in table) for i in range(len(columns))]

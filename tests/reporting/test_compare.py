@@ -206,3 +206,22 @@ def test_differentially_private_runs_add_an_epsilon_column(tmp_path):
   assert plain.split()[-1] == "-" and noised.split()[-1] == "4.5"
   _write_run(tmp_path / "no_dp", "x", _rows((1, 1), [0.1]))
   assert "epsilon" not in format_comparison(compare_runs(tmp_path / "no_dp"))
+
+
+def test_target_columns_say_where_each_run_first_reached_the_accuracy(tmp_path):
+  root = tmp_path / "target"
+  fast = _rows((1000, 1000), [0.5, 0.92, 0.85, 0.95])
+  for i, row in enumerate(fast, start=1):
+    row["simulated_seconds"] = 1800.0 * i
+  _write_run(root, "fast", fast, started=1)
+  _write_run(root, "never", _rows((1000, 1000), [0.5, 0.6]), started=2)
+  fast_row, never_row = compare_runs(root, target=0.9)
+  # Round 2 is the first at >= 0.9: 2 rounds x 10 clients x 1000 bits, each way.
+  assert (fast_row["target_round"], fast_row["target_bits"], fast_row["target_seconds"]) == (
+      2, 40_000, 3600.0)
+  assert never_row["target_round"] is None and never_row["target_bits"] is None
+  header, line, missing = format_comparison([fast_row, never_row]).splitlines()[:3]
+  assert header.endswith("round to target  bits to target  sim. hours to target")
+  assert line.split()[-4:] == ["2", "39.1", "Kibit", "1"]
+  assert missing.split()[-3:] == ["-", "-", "-"]
+  assert "target" not in format_comparison(compare_runs(root))
