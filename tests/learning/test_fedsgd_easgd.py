@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tests.learning import builders, reference
-from tests.learning.test_fedavg import _clients
+from tests.learning.test_fedavg import _clients, _run_stateful
 
 
 def test_fedsgd_is_one_centralized_sgd_step_on_the_union(tff_runtime):
@@ -80,18 +80,9 @@ def test_easgd_two_rounds_match_numpy(tff_runtime, rho):
   round1 = _clients(11, [(3, 0), (3, 1)])
   round2 = _clients(12, [(3, 0), (3, 0)])
   schedule = [[(0, round1[0]), (1, round1[1])], [(1, round2[0]), (2, round2[1])]]
-
-  stored = {}
-  state = alg.process.initialize()
-  for clients in schedule:
-    ids = [idx for idx, _ in clients]
-    states = [stored.get(i, alg.initial_client_state) for i in ids]
-    state, _, new_states = alg.process.next(state, [c for _, c in clients], states)
-    stored.update(zip(ids, new_states))
-
+  trained, stored = _run_stateful(alg, schedule)
   w, b = [np.array(v) for v in model.initial_weights.trainable]
   center, local, _ = _easgd_reference(w, b, schedule, alpha=0.25, rho=rho, lr=0.2)
-  trained = alg.model_weights(state).trainable
   np.testing.assert_allclose(trained[0], center[0], atol=1e-5)
   np.testing.assert_allclose(trained[1], center[1], atol=1e-5)
   for idx in (0, 1, 2):
@@ -129,17 +120,6 @@ def test_easgd_with_default_rates_matches_numpy(tff_runtime):
   np.testing.assert_allclose(trained[1], center[1], atol=1e-5)
 
 
-def _run_easgd(alg, schedule):
-  stored = {}
-  state = alg.process.initialize()
-  for clients in schedule:
-    ids = [idx for idx, _ in clients]
-    states = [stored.get(i, alg.initial_client_state) for i in ids]
-    state, _, new_states = alg.process.next(state, [c for _, c in clients], states)
-    stored.update(zip(ids, new_states))
-  return alg.model_weights(state).trainable, stored
-
-
 @pytest.mark.parametrize("aggregation", [(), ENCODE_8BIT])
 def test_easgd_carries_momentum_across_rounds(tff_runtime, aggregation):
   """Client 1 takes part in both rounds: its momentum accumulator continues (and the
@@ -152,7 +132,7 @@ def test_easgd_carries_momentum_across_rounds(tff_runtime, aggregation):
   round1 = _clients(13, [(3, 0), (3, 1)])
   round2 = _clients(14, [(3, 1), (3, 0)])
   schedule = [[(0, round1[0]), (1, round1[1])], [(1, round2[0]), (2, round2[1])]]
-  trained, stored = _run_easgd(alg, schedule)
+  trained, stored = _run_stateful(alg, schedule)
   w, b = [np.array(v) for v in model.initial_weights.trainable]
   encode = _quantize8 if aggregation else None
   center, local, optimizers = _easgd_reference(w, b, schedule, alpha=0.25, rho=0.3, lr=0.2,
