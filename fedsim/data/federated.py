@@ -25,6 +25,7 @@ CAP_STREAM = 3  # max_examples_per_client subsets, then client index
 GENERATE_STREAM = 4  # synthetic examples
 SAMPLE_STREAM = 5  # clients per round, then round number
 PACK_STREAM = 6  # local shuffling; callers of `pack` add round and client index
+HOLDOUT_STREAM = 7  # per-client evaluation hold-out, then client index
 
 _QUANTILES = {"min": 0.0, "p10": 0.1, "median": 0.5, "p90": 0.9, "max": 1.0}
 
@@ -74,6 +75,9 @@ class FederatedData:
     num_classes: labels are in [0, num_classes).
     pad_label: for sequence targets, the label of padding positions, which
       then count in neither loss nor accuracy; None when every label is real.
+    client_test: client id -> that client's own test examples, for datasets
+      that ship per-client test splits; None when there are none (per-client
+      evaluation then holds out a share of each client, see `with_holdout`).
   """
 
   clients: Mapping[str, Examples]
@@ -81,6 +85,7 @@ class FederatedData:
   input_shape: tuple[int, ...]
   num_classes: int
   pad_label: int | None = None
+  client_test: Mapping[str, Examples] | None = None
 
   @property
   def client_ids(self) -> tuple[str, ...]:
@@ -203,3 +208,44 @@ class LazyClients(Mapping[str, Examples]):
 
   def __contains__(self, client_id) -> bool:
     return client_id in self._index
+
+
+class _HeldOut(Mapping[str, Examples]):
+  """One side of each client's seeded train / held-out split, computed on access."""
+
+  def __init__(self, clients: Mapping[str, Examples], fraction: float, seed: int,
+               held_out: bool):
+    self._clients, self._fraction, self._seed = clients, fraction, seed
+    self._held_out = held_out
+    self._index = {cid: i for i, cid in enumerate(clients)}
+
+  def __getitem__(self, client_id: str) -> Examples:
+    examples = self._clients[client_id]
+    n = len(examples)
+    # Every client keeps at least one training example.
+    held = min(int(round(self._fraction * n)), max(n - 1, 0))
+    order = np.random.default_rng(
+        [self._seed, HOLDOUT_STREAM, self._index[client_id]]).permutation(n)
+    chosen = order[:held] if self._held_out else order[held:]
+    return examples.take(np.sort(chosen))
+
+  def __iter__(self) -> Iterator[str]:
+    return iter(self._clients)
+
+  def __len__(self) -> int:
+    return len(self._clients)
+
+  def __contains__(self, client_id) -> bool:
+    return client_id in self._clients
+
+
+def with_holdout(data: FederatedData, fraction: float, seed: int) -> FederatedData:
+  """`data` with a seeded `fraction` of each client's examples moved to its own test split.
+
+  Client i's held-out examples are drawn from stream [seed, HOLDOUT_STREAM, i]:
+  round(fraction * n) of its n examples, at most n - 1. Splits are computed
+  when a client is read, so a lazily loaded population stays lazy. The
+  pooled `test` set is unchanged.
+  """
+  return dataclasses.replace(data, clients=_HeldOut(data.clients, fraction, seed, False),
+                             client_test=_HeldOut(data.clients, fraction, seed, True))

@@ -82,5 +82,7 @@ def build(params: SyntheticParams, seed: int, *, key: str = "data") -> Federated
     train.append(examples.take(np.arange(len(examples) - held)))
     test.append(examples.take(np.arange(len(examples) - held, len(examples))))
   test_set = Examples(np.concatenate([t.x for t in test]), np.concatenate([t.y for t in test]))
-  return federate(train, test_set, num_classes=params.num_classes,
+  data = federate(train, test_set, num_classes=params.num_classes,
                   max_examples_per_client=params.max_examples_per_client, seed=seed)
+  # Each client's held-out share is its own test split (per-client evaluation).
+  return dataclasses.replace(data, client_test=dict(zip(data.client_ids, test)))

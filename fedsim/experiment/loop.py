@@ -152,7 +152,10 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
       state, metrics, simulated_total = play(
           sim, state, states, round_num, simulated_total, sizes, run_dir)
       if round_num % config.eval.every == 0 or round_num == config.rounds:
-        metrics.update(sim.evaluate(sim.algorithm.model_weights(state)))
+        weights = sim.algorithm.model_weights(state)
+        metrics.update(sim.evaluate(weights))
+        if sim.evaluate_clients is not None:
+          metrics.update(sim.evaluate_clients(weights, round_num))
         time_step = _time_step(simulated_total, time_step)
         time_sink.write(time_step, {"eval/accuracy": metrics["eval/accuracy"]})
       sinks.write(round_num, metrics)

@@ -13,7 +13,7 @@ from fedsim.aggregation.accounting import PrivacyLedger
 from fedsim.algorithms import ALGORITHMS, FederatedAlgorithm, Task
 from fedsim.experiment.config.schema import ExperimentConfig
 from fedsim.data import DATASETS
-from fedsim.data.federated import FederatedData
+from fedsim.data.federated import FederatedData, with_holdout
 from fedsim.data.packing import pack
 from fedsim.data.sampling import ClientSampler
 from fedsim.errors import UserError
@@ -41,6 +41,8 @@ class Simulation:
   runtime_notice: str | None = None  # why `inprocess` fell back to `local`
   # The privacy spent so far, when the aggregation chain is differentially private.
   privacy: PrivacyLedger | None = None
+  # (weights, round) -> eval_clients/* metrics, with `eval.federated` (client_eval.py).
+  evaluate_clients: Any = None
 
 
 def build_simulation(config: ExperimentConfig) -> Simulation:
@@ -50,6 +52,8 @@ def build_simulation(config: ExperimentConfig) -> Simulation:
     UserError: bad combinations found only once data is loaded.
   """
   data = DATASETS.get(config.data.name).build(config.data.params, config.seed)
+  if config.eval.federated and data.client_test is None:
+    data = with_holdout(data, config.eval.holdout_fraction, config.seed)
   sampled = config.clients_per_round + config.backup_clients
   if sampled > len(data.client_ids):
     key = "clients_per_round" if not config.backup_clients else "backup_clients"
@@ -77,7 +81,22 @@ def build_simulation(config: ExperimentConfig) -> Simulation:
       evaluate=make_evaluator(model, data, config.eval.batch_size,
                               config.runtime if notice is None else None),
       round_process=round_process, runtime_notice=notice,
-      privacy=_privacy_ledger(config, len(data.client_ids)))
+      privacy=_privacy_ledger(config, len(data.client_ids)),
+      evaluate_clients=_client_evaluator(config, model, data,
+                                         config.runtime if notice is None else None))
+
+
+def _client_evaluator(config, model, data, runtime):
+  """The per-client evaluator of `eval.federated`, or None when it is off."""
+  if not config.eval.federated:
+    return None
+  from fedsim.experiment.client_eval import make_client_evaluator
+  sampler = ClientSampler(data.client_ids, config.seed)
+  count = config.clients_per_round + config.backup_clients
+  # The round's own sample (the sampler is a pure function of seed and round).
+  choose = ((lambda round_num: data.client_ids) if config.eval.federated_clients == "all"
+            else (lambda round_num: sampler.sample(round_num, count)))
+  return make_client_evaluator(model, data.client_test, config.eval.batch_size, choose, runtime)
 
 
 def _round_process(algorithm: FederatedAlgorithm, runtime) -> tuple[Any, str | None]:

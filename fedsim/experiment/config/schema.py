@@ -20,6 +20,12 @@ from fedsim.models import MODELS
 class EvalConfig:
   every: int = bounded(1, min=1)         # evaluate the global model every N rounds (and after the last)
   batch_size: int = bounded(256, min=1)  # evaluation batch size (does not change results)
+  # Per-client evaluation (eval_clients/*): the global model on each client's
+  # own test split, or on a seeded `holdout_fraction` of each client's
+  # examples (then not trained on) for datasets without one.
+  federated: bool = False
+  federated_clients: Literal["sampled", "all"] = "sampled"
+  holdout_fraction: float = bounded(0.2, gt=0, max=0.9)
 
 
 @dataclasses.dataclass(frozen=True)
