@@ -19,6 +19,8 @@ from typing import Any, Callable, NamedTuple
 
 import tensorflow as tf
 
+from fedsim.learning.optimizers import advance_iterations
+
 Weights = Any  # a tuple of tensors (the trainable model weights)
 
 
@@ -160,7 +162,6 @@ def train(predict: Callable, optimizer, weights: Weights, optimizer_state, batch
   Returns:
     The `TrainResult` after the last step.
   """
-  from fedsim.learning.optimizers import advance_iterations
   weights = tuple(weights)
   num_steps = tf.shape(batches["mask"])[0]
   steps = float(accumulation.steps)
