@@ -34,6 +34,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="only this variant of the config (see its `variants:`)")
     add_plugin_arg(p)
 
+  def add_seeds_arg(p):
+    p.add_argument("--seeds", type=_seed_list, default=None, metavar="N,N,...",
+                   help="run every variant once per seed, e.g. --seeds 0,1,2 (the config's"
+                        " `seeds:`; runs are named <variant>-seed<N>)")
+
   def add_plugin_arg(p):
     p.add_argument("--plugin", dest="plugins", action="append", default=[],
                    metavar="MODULE|FILE.py",
@@ -46,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
                                    " <logdir>/<name>/<run>/ with metrics.csv, TensorBoard"
                                    " events and config.yaml.")
   add_config_args(run)
+  add_seeds_arg(run)
   run.add_argument("--logdir", default="runs", help="root directory of runs (default: runs)")
   run.add_argument("--no-progress", action="store_true",
                    help="no progress bar (it is off anyway when stdout is not a terminal)")
@@ -62,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
                             description="Validate a config and its variants; exit 2 with"
                                         " the offending key if anything is wrong.")
   add_config_args(validate)
+  add_seeds_arg(validate)
 
   listing = sub.add_parser("list", help="what a config can name, with parameters",
                            description="Print every registry's entries (models, datasets,"
@@ -75,7 +82,9 @@ def _parser() -> argparse.ArgumentParser:
   compare = sub.add_parser("compare", help="compare the runs of an experiment",
                            description="Print a table of an experiment's runs (final eval"
                                        " accuracy, total bits each way, ratio vs. an"
-                                       " uncompressed run) and write accuracy_vs_bits.png"
+                                       " uncompressed run; per variant over seeds, the"
+                                       " mean and 95% interval) and write"
+                                       " accuracy_vs_bits.png and accuracy_vs_rounds.png"
                                        " into the experiment directory.")
   compare.add_argument("--target", type=float, default=None, metavar="ACCURACY",
                        help="also show where each run first reached this eval accuracy:"
@@ -127,11 +136,27 @@ def _vs_uncompressed(reference_bits: int, bits: int) -> str:
   return f"{reference_bits / bits:.2f}x fewer bits than uncompressed"
 
 
+def _seed_list(text: str) -> list[int]:
+  """'0,1,2' -> [0, 1, 2] (argparse reports the error for anything else)."""
+  try:
+    seeds = [int(part) for part in text.split(",")]
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"'{text}' is not a comma-separated list of"
+                                     " integers, e.g. 0,1,2") from None
+  return seeds
+
+
+def _overrides(args) -> list[str]:
+  """The --set overrides, then --seeds as `seeds=[...]`."""
+  seeds = getattr(args, "seeds", None)
+  return args.overrides + ([f"seeds=[{','.join(map(str, seeds))}]"] if seeds else [])
+
+
 def _run(args) -> int:
   from fedsim import api
   from fedsim.runtime import signals
   signals.install_exit_handlers()
-  results = api.run(args.config, args.overrides, logdir=args.logdir,
+  results = api.run(args.config, _overrides(args), logdir=args.logdir,
                     progress=False if args.no_progress else None,
                     resume=args.resume, fresh=args.fresh, variant=args.variant)
   items = results.items() if isinstance(results, dict) else [(None, results)]
@@ -145,7 +170,7 @@ def _run(args) -> int:
 
 def _validate(args) -> int:
   from fedsim import api
-  names = api.validate(args.config, args.overrides, variant=args.variant)
+  names = api.validate(args.config, _overrides(args), variant=args.variant)
   print(f"{args.config}: ok ({len(names)} run{'s' if len(names) != 1 else ''}:"
         f" {', '.join(names)})")
   for note in names.not_checked:
@@ -162,6 +187,11 @@ def _list(args) -> int:
 def _compare(args) -> int:
   from fedsim.reporting import compare
   print(compare.format_comparison(compare.compare_runs(args.experiment_dir, args.target)))
+  by_seed = compare.compare_seeds(args.experiment_dir)
+  if any(len(row["seeds"]) > 1 for row in by_seed):
+    print()
+    print(compare.format_seed_comparison(by_seed))
+  print(f"plot: {compare.plot_accuracy_vs_rounds(args.experiment_dir)}")
   print(f"plot: {compare.plot_accuracy_vs_bits(args.experiment_dir)}")
   return 0
 

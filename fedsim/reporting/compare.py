@@ -20,11 +20,13 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from fedsim.errors import UserError
+from fedsim.reporting import seeds as seed_groups
 from fedsim.reporting.rundir import read_status
 from fedsim.reporting.sinks import read_metrics_csv
 from fedsim.reporting.units import format_bits
 
 PLOT_NAME = "accuracy_vs_bits.png"
+ROUNDS_PLOT_NAME = "accuracy_vs_rounds.png"
 _ACCURACY = "eval/accuracy"
 _DIRECTIONS = ("broadcast", "aggregate")
 # Encoders that send every tensor as it is: a run using only these is a reference.
@@ -179,7 +181,7 @@ def compare_runs(experiment_dir: str | os.PathLike,
         "variant": run.name,
         "status": run.status,
         "rounds": len(run.metrics),
-        _ACCURACY: next((r[_ACCURACY] for r in reversed(run.metrics) if _ACCURACY in r), None),
+        _ACCURACY: _last_accuracy(run),
     }
     for direction in _DIRECTIONS:
       row[f"{direction}_bits"] = run.total_bits(direction)
@@ -197,6 +199,54 @@ def compare_runs(experiment_dir: str | os.PathLike,
         row[f"target_{key}"] = reached.get(key)
     rows.append(row)
   return rows
+
+
+def compare_seeds(experiment_dir: str | os.PathLike) -> list[dict[str, Any]]:
+  """One dict per variant over its seeds (runs whose configs differ only by `seed`).
+
+  Keys: 'variant' (run name without '-seed<N>'), 'seeds' (list), 'runs'
+  (their directory names), 'eval/accuracy' (mean over the seeds' last
+  evaluated accuracy; None if none evaluated), 'eval/accuracy_interval'
+  (half-width of the 95% t-interval, see `seeds.mean_interval`; None for
+  fewer than 2 seeds), 'bits' (mean total bits, broadcast + aggregate) and
+  'bits_interval' (None when every seed sent the same bits).
+
+  Raises:
+    UserError: as `load_runs`.
+  """
+  rows = []
+  for group in seed_groups.group_by_seed(load_runs(experiment_dir)):
+    accuracy = [a for a in (_last_accuracy(run) for run in group.runs) if a is not None]
+    bits = [sum(run.total_bits(d) or 0 for d in _DIRECTIONS) for run in group.runs]
+    mean, half = seed_groups.mean_interval(accuracy) if accuracy else (None, None)
+    bits_mean, bits_half = seed_groups.mean_interval(bits)
+    rows.append({"variant": group.label, "seeds": list(group.seeds),
+                 "runs": [run.name for run in group.runs],
+                 _ACCURACY: mean, f"{_ACCURACY}_interval": half,
+                 "bits": bits_mean, "bits_interval": bits_half if len(set(bits)) > 1 else None})
+  return rows
+
+
+def _last_accuracy(run: Run) -> float | None:
+  return next((r[_ACCURACY] for r in reversed(run.metrics) if _ACCURACY in r), None)
+
+
+def format_seed_comparison(rows: Sequence[Mapping[str, Any]]) -> str:
+  """The rows of `compare_seeds` as a text table, with a line saying what the interval is."""
+  def pm(mean, half, kind):
+    text = _cell(mean, kind)
+    return text if half is None else f"{text} +- {_cell(half, kind)}"
+  table = [["variant", "seeds", "eval/accuracy (mean +- 95%)", "bits (mean +- 95%)"]]
+  table += [[row["variant"], ",".join(map(str, row["seeds"])),
+             pm(row[_ACCURACY], row[f"{_ACCURACY}_interval"], "accuracy"),
+             pm(row["bits"], row["bits_interval"], "bits")] for row in rows]
+  widths = [max(len(line[i]) for line in table) for i in range(4)]
+  lines = ["  ".join(cell.ljust(w) if i < 2 else cell.rjust(w)
+                     for i, (cell, w) in enumerate(zip(line, widths))).rstrip()
+           for line in table]
+  lines.append("+-: half-width of the 95% t-interval over seeds,"
+               " t(0.975, n-1) * s / sqrt(n), s the sample std of the n seeds")
+  return "\n".join(lines)
 
 
 def _cell(value: Any, kind: str) -> str:
@@ -246,7 +296,9 @@ def plot_accuracy_vs_bits(experiment_dir: str | os.PathLike,
                           output: str | os.PathLike | None = None) -> pathlib.Path:
   """Plots eval accuracy against cumulative bits (broadcast + aggregate), log x.
 
-  One line per run that has evaluated at least once. Uses matplotlib's Agg
+  One line per run that has evaluated at least once; a variant run under
+  several seeds is one line (the seeds' mean, at their mean bits) inside a
+  band of mean +- the 95% t-interval (see `seeds.py`). Uses matplotlib's Agg
   canvas directly, so the global backend (e.g. a notebook's) is untouched.
 
   Args:
@@ -259,28 +311,55 @@ def plot_accuracy_vs_bits(experiment_dir: str | os.PathLike,
   Raises:
     UserError: as `load_runs`, or if the PNG cannot be written.
   """
+  return _plot(experiment_dir, output or pathlib.Path(experiment_dir) / PLOT_NAME, "bits")
+
+
+def plot_accuracy_vs_rounds(experiment_dir: str | os.PathLike,
+                            output: str | os.PathLike | None = None) -> pathlib.Path:
+  """Plots eval accuracy against rounds, with seed bands as `plot_accuracy_vs_bits`.
+
+  Returns the written PNG (default `<experiment_dir>/accuracy_vs_rounds.png`);
+  raises as `plot_accuracy_vs_bits`.
+  """
+  return _plot(experiment_dir, output or pathlib.Path(experiment_dir) / ROUNDS_PLOT_NAME,
+               "rounds")
+
+
+def _plot(experiment_dir, output, x: str) -> pathlib.Path:
+  """Draws eval accuracy against `x` ('bits', log scale, or 'rounds') into `output`."""
   from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=g-import-not-at-top
   from matplotlib import ticker  # pylint: disable=g-import-not-at-top
   from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
 
-  runs = load_runs(experiment_dir)
-  output = pathlib.Path(output) if output is not None else pathlib.Path(experiment_dir) / PLOT_NAME
+  groups = seed_groups.group_by_seed(load_runs(experiment_dir))
+  output = pathlib.Path(output)
   figure = Figure(figsize=(7, 4.5), dpi=100)
   FigureCanvasAgg(figure)
   axes = figure.add_subplot()
   plotted = 0
-  for run in runs:
-    bits, accuracy = run.accuracy_vs_bits()
-    if bits and all(b > 0 for b in bits):  # log axis: zero bits cannot be placed
+  for group in groups:
+    xs, mean, half = seed_groups.curve(group, x)
+    if not len(xs) or (x == "bits" and not all(xs > 0)):  # log axis: zero bits cannot be placed
+      continue
+    run = group.runs[0]
+    if len(group.runs) > 1:
+      label = f"{group.label} ({len(group.runs)} seeds, 95% band)"
+    else:
       label = run.name if run.status in ("completed", "unknown") else f"{run.name} ({run.status})"
-      axes.plot(bits, accuracy, marker="." if len(bits) < 30 else None, label=label)
-      plotted += 1
-  axes.set_xscale("log", base=2)
-  # Ticks on powers of two read as round binary units: 256 Mibit, 1 Gibit, ...
-  axes.xaxis.set_major_locator(ticker.LogLocator(base=2, numticks=8))
-  axes.xaxis.set_major_formatter(ticker.FuncFormatter(lambda bits, _: format_bits(bits)))
-  axes.xaxis.set_minor_formatter(ticker.NullFormatter())
-  axes.set_xlabel("cumulative bits communicated (broadcast + aggregate)")
+    line, = axes.plot(xs, mean, marker="." if len(xs) < 30 else None, label=label)
+    if len(group.runs) > 1:
+      axes.fill_between(xs, mean - half, mean + half, color=line.get_color(), alpha=0.2)
+    plotted += 1
+  if x == "bits":
+    axes.set_xscale("log", base=2)
+    # Ticks on powers of two read as round binary units: 256 Mibit, 1 Gibit, ...
+    axes.xaxis.set_major_locator(ticker.LogLocator(base=2, numticks=8))
+    axes.xaxis.set_major_formatter(ticker.FuncFormatter(lambda bits, _: format_bits(bits)))
+    axes.xaxis.set_minor_formatter(ticker.NullFormatter())
+    axes.set_xlabel("cumulative bits communicated (broadcast + aggregate)")
+  else:
+    axes.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+    axes.set_xlabel("round")
   axes.set_ylabel(_ACCURACY)
   axes.set_title(pathlib.Path(experiment_dir).resolve().name)
   axes.grid(True, which="both", alpha=0.3)

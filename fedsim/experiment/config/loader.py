@@ -9,6 +9,7 @@ dataset's builder.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Mapping, Sequence
 
@@ -115,7 +116,8 @@ def expand_variants(raw: Mapping[str, Any],
                     only: str | None = None) -> list[tuple[str | None, ExperimentConfig]]:
   """[(variant name, config)] to run: the variants in order, or (None, base).
 
-  `only` names the one variant to return.
+  `only` names the one variant to return. With `seeds`, every variant is run
+  once per seed (see `per_seed`).
 
   Raises:
     UserError: when `only` is not a variant of the config (listing them).
@@ -130,8 +132,25 @@ def expand_variants(raw: Mapping[str, Any],
           if variants else "the config has no variants"))
     variants = {only: variants[only]}
   if not variants:
-    return [(None, parse_config(base))]
-  return [(name, _variant(base, override or {})) for name, override in variants.items()]
+    return per_seed([(None, parse_config(base))])
+  return per_seed([(name, _variant(base, override or {})) for name, override in variants.items()])
+
+
+def per_seed(runs: Sequence[tuple[str | None, ExperimentConfig]]
+             ) -> list[tuple[str | None, ExperimentConfig]]:
+  """Each run once per seed of its `seeds` (in that order), or as it is without `seeds`.
+
+  A seed's run is named '<variant>-seed<N>' ('seed<N>' without variants) and
+  its config has `seed: N`, so its config.yaml records the seed.
+  """
+  out = []
+  for name, config in runs:
+    if not config.seeds:
+      out.append((name, config))
+    for seed in config.seeds:
+      label = f"seed{seed}" if name is None else f"{name}-seed{seed}"
+      out.append((label, dataclasses.replace(config, seed=seed)))
+  return out
 
 
 def plain(config: ExperimentConfig) -> dict[str, Any]:

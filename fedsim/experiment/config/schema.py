@@ -52,6 +52,9 @@ class ExperimentConfig:
   model: Component = component(MODELS)
   algorithm: Component = component(ALGORITHMS, {"name": "fedavg"})
   seed: int = bounded(0, min=0, max=2**31 - 1)
+  # Run every variant once per seed (run directories '<variant>-seed<N>');
+  # empty: one run with `seed`.
+  seeds: list[int] = dataclasses.field(default_factory=list)
   # Over-selection: sample clients_per_round + backup_clients, aggregate the
   # first clients_per_round to finish (see fedsim/experiment/system.py).
   backup_clients: int = bounded(0, min=0)
@@ -87,6 +90,11 @@ class ExperimentConfig:
       raise UserError(f"system.min_clients: {self.system.min_clients} is larger than"
                       f" clients_per_round ({self.clients_per_round})")
     self._check_aggregation()
+    for seed in self.seeds:
+      if not 0 <= seed <= 2**31 - 1:
+        raise UserError(f"seeds: {seed} is not in [0, 2**31 - 1]")
+    if len(set(self.seeds)) != len(self.seeds):
+      raise UserError(f"seeds: {self.seeds} repeats a seed")
     for variant in self.variants:
       if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", variant):
         raise UserError(f"variants.{variant}: variant names must be letters, digits,"
