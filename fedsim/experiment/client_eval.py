@@ -8,6 +8,7 @@ NumPy sums them per client.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -60,28 +61,39 @@ def make_client_evaluator(model: TaskModel, client_test: Mapping[str, Examples],
   import tensorflow as tf
   import tensorflow_federated as tff
 
-  @tff.tensorflow.computation(model.weights_type, model.client_data_type(batch_size))
-  def per_batch(model_weights, batches):
-    weights = tuple(model_weights.trainable)
+  @functools.lru_cache(maxsize=None)
+  def per_batch(size: int):
+    """The computation for batches of `size` (one per power of two used)."""
 
-    def one(i):
-      _, stats = local_training.batch_loss(model.evaluate_predict, weights, batches["x"][i],
-                                           batches["y"][i], batches["mask"][i],
-                                           model.pad_label)
-      return tf.stack([stats.correct, stats.num_targets])
+    @tff.tensorflow.computation(model.weights_type, model.client_data_type(size))
+    def stats(model_weights, batches):
+      weights = tuple(model_weights.trainable)
 
-    return tf.map_fn(one, tf.range(tf.shape(batches["mask"])[0]),
-                     fn_output_signature=tf.TensorSpec([2], tf.float32))
+      def one(i):
+        _, batch = local_training.batch_loss(model.evaluate_predict, weights, batches["x"][i],
+                                             batches["y"][i], batches["mask"][i],
+                                             model.pad_label)
+        return tf.stack([batch.correct, batch.num_targets])
 
-  if runtime is not None and runtime.name == "inprocess":
-    from fedsim.runtime import inprocess
-    per_batch = inprocess.tensorflow_function(per_batch, runtime.device)
+      return tf.map_fn(one, tf.range(tf.shape(batches["mask"])[0]),
+                       fn_output_signature=tf.TensorSpec([2], tf.float32))
+
+    if runtime is not None and runtime.name == "inprocess":
+      from fedsim.runtime import inprocess
+      return inprocess.tensorflow_function(stats, runtime.device)
+    return stats
 
   def evaluate(model_weights, round_num: int) -> dict[str, float]:
-    batches, owner, clients = _packed(client_test, choose(round_num), batch_size)
-    if not clients:
+    tests = [t for t in (client_test.get(cid) for cid in choose(round_num))
+             if t is not None and len(t)]
+    if not tests:
       return {}
-    stats = np.asarray(per_batch(model_weights, batches), np.float64).reshape(-1, 2)
+    # Clients hold few test examples each: batches no larger than the largest
+    # client's (rounded up to a power of two, to compile few sizes) pad less.
+    size = min(batch_size, 1 << (max(map(len, tests)) - 1).bit_length())
+    batches, owner = _packed(tests, size)
+    stats = np.asarray(per_batch(size)(model_weights, batches), np.float64).reshape(-1, 2)
+    clients = len(tests)
     correct = np.bincount(owner, stats[:, 0], minlength=clients)
     targets = np.bincount(owner, stats[:, 1], minlength=clients)
     return client_accuracy_metrics(correct, targets)
@@ -89,18 +101,10 @@ def make_client_evaluator(model: TaskModel, client_test: Mapping[str, Examples],
   return evaluate
 
 
-def _packed(client_test: Mapping[str, Examples], ids: Sequence[str], batch_size: int):
-  """(batches of all clients laid end to end, owning client of each batch, clients)."""
-  parts, owner = [], []
-  for cid in ids:
-    examples = client_test.get(cid)
-    if examples is None or not len(examples):
-      continue
-    packed = pack(examples, batch_size, shuffle=False)
-    owner += [len(parts)] * len(packed.mask)
-    parts.append(packed)
-  if not parts:
-    return None, np.zeros(0, int), 0
+def _packed(tests: Sequence[Examples], batch_size: int):
+  """(the clients' batches laid end to end, index of the client owning each batch)."""
+  parts = [pack(examples, batch_size, shuffle=False) for examples in tests]
+  owner = np.repeat(np.arange(len(parts)), [len(p.mask) for p in parts])
   batches = {key: np.concatenate([getattr(p, key) for p in parts])
              for key in ("x", "y", "mask")}
-  return batches, np.asarray(owner), len(parts)
+  return batches, owner

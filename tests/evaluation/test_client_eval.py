@@ -39,9 +39,11 @@ def _numpy_metrics(w, b, clients, ids):
           "eval_clients/num_clients": len(acc)}
 
 
+# Batch size 2 splits clients over several batches; 256 is cut to the largest client's 8.
+@pytest.mark.parametrize("batch_size", [2, 256])
 @pytest.mark.parametrize("runtime", [None, RuntimeConfig(name="inprocess", device="cpu")],
                          ids=["local", "inprocess"])
-def test_client_metrics_match_numpy_per_client_accuracy(tff_runtime, runtime):
+def test_client_metrics_match_numpy_per_client_accuracy(tff_runtime, runtime, batch_size):
   import tensorflow_federated as tff
   from fedsim.experiment.client_eval import make_client_evaluator
   from fedsim.models.functional import build_task_model
@@ -53,7 +55,7 @@ def test_client_metrics_match_numpy_per_client_accuracy(tff_runtime, runtime):
   weights = tff.learning.models.ModelWeights(trainable=(w, b), non_trainable=())
   clients = _clients()
   chosen = {1: ["a", "b", "d", "e"], 2: ["a", "b", "c", "d"]}
-  evaluate = make_client_evaluator(model, clients, batch_size=2, choose=chosen.get,
+  evaluate = make_client_evaluator(model, clients, batch_size=batch_size, choose=chosen.get,
                                    runtime=runtime)
   for round_num, ids in chosen.items():
     got = evaluate(weights, round_num)
