@@ -123,7 +123,8 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
   bar = Progress(config.rounds, enabled=progress, start_round=start)
   try:
     write_status(run_dir, "running")
-    state = sim.round_process.initialize()
+    with quiet.filtered_stderr():  # TFF compiles `initialize`: grappler's known noise
+      state = sim.round_process.initialize()
     sizes = SizeInfo(per_client=sim.wire)
     simulated_total = 0.0
     if resume_from is not None:

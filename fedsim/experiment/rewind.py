@@ -56,10 +56,11 @@ def rewrite_event_file(path: pathlib.Path, max_wall_time: float,
   from fedsim.reporting.sinks import load_tensorflow  # pylint: disable=g-import-not-at-top
   tf = load_tensorflow()
   kept, dropped = [], 0
-  iterator = tf.compat.v1.train.summary_iterator(str(path))
+  # Not tf.compat.v1.train.summary_iterator: it logs a deprecation warning.
+  records = iter(tf.data.TFRecordDataset(str(path)))
   while True:
     try:
-      event = next(iterator)
+      event = tf.compat.v1.Event.FromString(next(records).numpy())
     except StopIteration:
       break
     except tf.errors.DataLossError:  # Torn tail.
