@@ -13,7 +13,7 @@ import pytest
 from fedsim.errors import HostError, UserError
 from fedsim.experiment import checkpoint as ckpt
 from fedsim.experiment.client_states import ClientStateStore
-from fedsim.experiment.rewind import rewind_logs
+from fedsim.experiment.rewind import rewind_logs, rewrite_event_file
 from tests.resume.events import steps_by_tag
 
 
@@ -111,3 +111,17 @@ def test_rewind_keeps_each_round_once(tmp_path):
     sink.write(r, {"train/loss": 1.0 / r})
   sink.close()
   assert steps_by_tag(tmp_path) == {"train/loss": [1, 2, 3, 4]}
+
+
+def test_rewind_drops_a_torn_last_event(tmp_path):
+  from fedsim.reporting import TensorBoardSink
+  sink = TensorBoardSink(tmp_path)
+  for r in (1, 2):
+    sink.write(r, {"train/loss": 1.0 / r})
+  sink.close()
+  (events,) = tmp_path.glob("events.out.tfevents.*")
+  whole = events.read_bytes()
+  events.write_bytes(whole[:-5])  # a kill in the middle of round 2's record
+  assert rewrite_event_file(events, time.time()) == 1
+  assert steps_by_tag(tmp_path) == {"train/loss": [1]}
+  assert rewrite_event_file(events, time.time()) == 0
