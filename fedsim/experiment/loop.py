@@ -28,7 +28,7 @@ from fedsim.experiment.checkpoint import (Checkpoint, check_free_space, export_m
                                           state_bytes)
 from fedsim.experiment import async_loop
 from fedsim.experiment.client_states import ClientStateStore
-from fedsim.experiment.rewind import rewind_logs
+from fedsim.experiment.rewind import BITS_DIR, rewind_logs
 from fedsim.experiment.simulation import Simulation, client_batches
 from fedsim.experiment.system import RoundOutcome, simulate_round
 from fedsim.reporting import (CompositeSink, CsvSink, Progress, TensorBoardSink,
@@ -119,7 +119,7 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
   config = sim.config
   start = resume_from.round_num if resume_from is not None else 0
   round_num = start
-  sinks = time_sink = None
+  sinks = time_sink = bits_sink = None
   bar = Progress(config.rounds, enabled=progress, start_round=start)
   try:
     write_status(run_dir, "running")
@@ -144,6 +144,8 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
     sinks = CompositeSink([csv_sink, TensorBoardSink(run_dir)])
     # Eval accuracy against cumulative simulated milliseconds (TensorBoard's step axis).
     time_sink = TensorBoardSink(run_dir / "simulated_time")
+    # And against cumulative bits sent both ways (the accuracy-vs-bits plot).
+    bits_sink = TensorBoardSink(run_dir / BITS_DIR)
     time_step = _last_time_step(history)
     # Buffered (asynchronous) algorithms play their server updates on an event clock.
     player = (async_loop.BufferedRounds(sim, resume_from.path if resume_from else None)
@@ -159,6 +161,7 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
           metrics.update(sim.evaluate_clients(weights, round_num))
         time_step = _time_step(simulated_total, time_step)
         time_sink.write(time_step, {"eval/accuracy": metrics["eval/accuracy"]})
+        bits_sink.write(_bits_step(metrics), {"eval/accuracy": metrics["eval/accuracy"]})
       sinks.write(round_num, metrics)
       history.append(metrics)
       bar.update(round_num, metrics)
@@ -182,11 +185,11 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
         k: final[k] for k in ("eval/accuracy", "eval/loss", "train/loss",
                               "cumulative_broadcast_bits", "cumulative_aggregate_bits")
         if k in final}, step=config.rounds)
-    for sink in (sinks, time_sink):
+    for sink in (sinks, time_sink, bits_sink):
       sink.close()  # Flushes: a full disk shows here, before 'completed'.
     write_status(run_dir, "completed")
   except BaseException as e:
-    for sink in (sinks, time_sink):
+    for sink in (sinks, time_sink, bits_sink):
       _close_quietly(sink)
     raised = _record_ending(e, run_dir, check_runtime,
                             f"round {round_num}" if round_num > start else "start-up")
@@ -215,6 +218,12 @@ def _last_time_step(history: list[dict[str, float]]) -> int:
     if "eval/accuracy" in row:
       step = _time_step(row["simulated_seconds"], step)
   return step
+
+
+def _bits_step(metrics: dict[str, float]) -> int:
+  """The `by_bits` step of an evaluation: bits sent so far, broadcast + aggregate."""
+  return int(metrics.get("cumulative_broadcast_bits", 0)
+             + metrics.get("cumulative_aggregate_bits", 0))
 
 
 def _record_ending(error: BaseException, run_dir: pathlib.Path,

@@ -4,10 +4,10 @@ A run killed after its checkpoint of round R has logged rounds R+1.. that
 will be run again. metrics.csv is cut by `CsvSink(resume_after_round=R)`;
 this module cuts the rest, so that every reader sees each round once:
 
-* TensorBoard event files (the run directory and `simulated_time/`) are
-  rewritten without the events logged after the checkpoint was taken. The
-  cut is by wall time, because `simulated_time/` steps are simulated milliseconds,
-  not rounds, and the HParams summary of a completed run (extended with more
+* TensorBoard event files (the run directory, `simulated_time/` and
+  `by_bits/`) are rewritten without the events logged after the checkpoint
+  was taken. The cut is by wall time, because the sub-directories' steps are
+  simulated milliseconds and bits, not rounds, and the HParams summary of a completed run (extended with more
   rounds) is logged at step 0; in the run directory, steps after R go too.
   Rewriting beats TensorBoard's purge-on-restart (a SessionLog START event):
   other readers (EventAccumulator with purging off, tbparse, pandas) would
@@ -25,6 +25,7 @@ from fedsim.experiment.checkpoint import Checkpoint
 
 _EVENTS_PREFIX = "events.out.tfevents."
 _TIME_DIR = "simulated_time"  # the run loop's TensorBoard log of simulated seconds
+BITS_DIR = "by_bits"  # eval accuracy at step = cumulative bits, both directions
 _ROUND_LINE = re.compile(r"round (\d+):")
 
 
@@ -34,9 +35,10 @@ def rewind_logs(run_dir: pathlib.Path, checkpoint: Checkpoint) -> None:
   Raises:
     OSError: if a log file cannot be rewritten.
   """
-  # Only the run loop's two log directories: a recursive search would walk
-  # every checkpoint's client-state links (thousands of files), which hold no events.
-  for log_dir, max_step in ((run_dir, checkpoint.round_num), (run_dir / _TIME_DIR, None)):
+  # Only the run loop's log directories: a recursive search would walk every
+  # checkpoint's client-state links (thousands of files), which hold no events.
+  for log_dir, max_step in ((run_dir, checkpoint.round_num), (run_dir / _TIME_DIR, None),
+                            (run_dir / BITS_DIR, None)):
     for path in sorted(log_dir.glob(_EVENTS_PREFIX + "*")):
       if path.is_file():
         rewrite_event_file(path, checkpoint.wall_time, max_step)

@@ -37,6 +37,21 @@ def test_backup_clients_count_broadcast_not_late_uploads(tff_runtime, tmp_path):
   simulated = np.cumsum([r["round_simulated_seconds"] for r in result.metrics])
   np.testing.assert_allclose([r["simulated_seconds"] for r in result.metrics], simulated)
   assert (result.run_dir / "simulated_time").is_dir()
+  # Accuracy against cumulative bits both ways, one point per evaluation.
+  evals = [r for r in result.metrics if "eval/accuracy" in r]
+  assert evals and _scalar_points(result.run_dir / "by_bits", "eval/accuracy") == [
+      (r["cumulative_broadcast_bits"] + r["cumulative_aggregate_bits"],
+       pytest.approx(r["eval/accuracy"])) for r in evals]
+
+
+def _scalar_points(log_dir, tag: str) -> list[tuple[int, float]]:
+  from tensorboard.backend.event_processing import event_accumulator
+  from tensorboard.util import tensor_util
+  accumulator = event_accumulator.EventAccumulator(
+      str(log_dir), size_guidance={event_accumulator.TENSORS: 0})
+  accumulator.Reload()
+  return [(e.step, float(tensor_util.make_ndarray(e.tensor_proto)))
+          for e in accumulator.Tensors(tag)]
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.plugins.hparams import metadata as hparams_metadata
 from tensorboard.plugins.hparams import plugin_data_pb2
@@ -76,3 +77,31 @@ def test_hparams_and_final_metrics_read_back(tmp_path):
 def test_hparams_reject_non_scalar_values(tmp_path):
   with pytest.raises(TypeError, match="hparam 'layers'"):
     write_hparams(tmp_path, {"layers": [1, 2]}, {})
+
+
+def _experiment(experiment_dir):
+  acc = _load(experiment_dir)
+  content = acc.SummaryMetadata(hparams_metadata.EXPERIMENT_TAG).plugin_data.content
+  experiment = hparams_metadata.parse_experiment_plugin_data(content)
+  return ([h.name for h in experiment.hparam_infos],
+          [(m.name.group, m.name.tag) for m in experiment.metric_infos])
+
+
+def test_experiment_config_puts_varying_keys_first_and_each_metric_once(tmp_path):
+  base = {"name": "exp", "seed": 1, "algorithm": {"name": "fedavg", "lr": 0.1}, "rounds": 3}
+  runs = {"plain": base,
+          "u8": dict(base, algorithm={"name": "fedavg", "lr": 0.2}, compression={"bits": 8})}
+  final = {"eval/accuracy": 0.5, "train/loss": 1.0}
+  for name, config in runs.items():
+    run_dir = tmp_path / name
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    write_hparams(run_dir, flat_hparams(config), final, step=3)
+    # What each run's session scalars add as metrics if left to the plugin.
+    TensorBoardSink(run_dir / "simulated_time").write(7, {"eval/accuracy": 0.5})
+
+  hparams, metrics = _experiment(tmp_path)
+  assert hparams == ["algorithm.lr", "compression.bits", "name", "seed", "algorithm.name",
+                     "rounds"]
+  assert metrics == [("", "final/eval/accuracy"), ("", "final/train/loss")]
+  assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 1  # the newest config only

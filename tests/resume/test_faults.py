@@ -91,7 +91,7 @@ def test_divergence_keeps_the_last_good_checkpoint(tff_runtime, tmp_path, capsys
   assert err[0].startswith("fedsim: run failed: round ") and "training diverged" in err[0]
   failed_round = int(err[0].split()[4].rstrip(":"))
   assert failed_round >= 2  # so that there is a good checkpoint to keep
-  (run_dir,) = (tmp_path / "faults").iterdir()
+  (run_dir,) = _run_dirs(tmp_path / "faults")
   status, message = read_status(run_dir)
   assert status == "failed" and message.startswith(f"round {failed_round}: training diverged")
   rounds = [r["round"] for r in read_metrics_csv(run_dir / "metrics.csv")] \
@@ -112,7 +112,7 @@ def test_dead_worker_fails_the_round_then_the_run_resumes_and_extends(tff_runtim
   with pytest.raises(RunFailed, match=r"TFF worker process \(pid \d+\) died during round 3;"
                                       r" see .*worker.log"):
     fedsim.run(CONFIG, logdir=tmp_path, on_round=kill_worker_after_round_2)
-  (run_dir,) = (tmp_path / "faults").iterdir()
+  (run_dir,) = _run_dirs(tmp_path / "faults")
   status, message = read_status(run_dir)
   assert status == "failed" and "died during round 3" in message
   assert ckpt.latest_checkpoint(run_dir).round_num == 2
@@ -135,7 +135,7 @@ def test_too_little_disk_is_a_user_error_before_training(tff_runtime, tmp_path, 
   monkeypatch.setattr(ckpt.shutil, "disk_usage", lambda path: type("U", (), {"free": 1000}))
   with pytest.raises(UserError, match="checkpoint: .* MiB free"):
     fedsim.run(CONFIG, logdir=tmp_path)
-  (run_dir,) = (tmp_path / "faults").iterdir()
+  (run_dir,) = _run_dirs(tmp_path / "faults")
   assert read_status(run_dir)[0] == "failed" and not (run_dir / "metrics.csv").exists()
 
 
@@ -161,7 +161,7 @@ def test_full_disk_fails_in_one_line_and_the_run_resumes_once_freed(
   _stop_after_round(monkeypatch, 2, small_disk.fill)
   code, err = _main(capsys, str(path), "--logdir", str(logdir))
   assert code == 1
-  (run_dir,) = (logdir / "faults").iterdir()
+  (run_dir,) = _run_dirs(logdir / "faults")
   assert len(err) == 1, err
   assert re.fullmatch(rf"fedsim: error: no space left on device \(writing .*{run_dir}/.*\)",
                       err[0]), err
@@ -195,11 +195,16 @@ def test_an_interrupted_run_says_so_and_resumes(tff_runtime, tmp_path, monkeypat
   else:
     with pytest.raises(SystemExit):
       cli.main(["run", str(path), "--logdir", str(tmp_path)])
-  (run_dir,) = (tmp_path / "faults").iterdir()
+  (run_dir,) = _run_dirs(tmp_path / "faults")
   assert read_status(run_dir) == ("interrupted", "")
   monkeypatch.undo()
   resumed = fedsim.run(CONFIG, logdir=tmp_path, resume=True)
   assert resumed.run_dir == run_dir and [r["round"] for r in resumed.metrics] == [1, 2, 3]
+
+
+def _run_dirs(experiment_dir: pathlib.Path) -> list[pathlib.Path]:
+  """The run directories of an experiment (it also holds the HParams layout file)."""
+  return [p for p in experiment_dir.iterdir() if p.is_dir()]
 
 
 def _worker_pid(experiment_dir: pathlib.Path) -> int:

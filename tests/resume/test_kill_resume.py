@@ -105,6 +105,9 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_result(tmp_path):
   time_steps = steps_by_tag(run_dir / "simulated_time")["eval/accuracy"]
   assert time_steps == steps_by_tag(ref_dir / "simulated_time")["eval/accuracy"]
   assert len(time_steps) == ROUNDS
+  bits_steps = steps_by_tag(run_dir / "by_bits")["eval/accuracy"]
+  assert bits_steps == steps_by_tag(ref_dir / "by_bits")["eval/accuracy"]
+  assert len(bits_steps) == ROUNDS
   assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["round_4", "round_6"]
   assert (sorted(p.name for p in (run_dir / "client_states").iterdir())
           == sorted(p.name for p in (ref_dir / "client_states").iterdir()))
