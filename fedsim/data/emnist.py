@@ -4,7 +4,8 @@ Each client is one writer. `only_digits: true` reads TFF's `digits_only_*`
 splits (3,383 writers, labels 0-9), `false` the `all_*` splits (3,400
 writers, 62 labels: 0-9 digits, 10-35 'A'-'Z', 36-61 'a'-'z'). As in TFF,
 every writer's examples are split between train and test; the held-out set
-is TFF's test split of all writers, centralized.
+is TFF's test split of all writers, centralized, and each writer's own test
+examples are its test split for per-client evaluation (`eval.federated`).
 
 Pixels are TFF's as given: float32 in [0, 1] with the background at 1.0 and
 ink near 0 (TFF's own autoencoder task computes `1 - pixels`; fedsim's
@@ -54,4 +55,4 @@ def build(params: EmnistParams, seed: int, *, key: str = "data") -> FederatedDat
   return tff_files.federated_from_file(
       "emnist", params, seed, splits=(f"{prefix}_train", f"{prefix}_test"),
       decode=functools.partial(decode, invert=params.invert_pixels),
-      num_classes=10 if params.only_digits else 62, key=key)
+      num_classes=10 if params.only_digits else 62, own_test=True, key=key)

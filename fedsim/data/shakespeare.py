@@ -78,5 +78,5 @@ def build(params: ShakespeareParams, seed: int, *, key: str = "data") -> Federat
   data = tff_files.federated_from_file(
       "shakespeare", params, seed, splits=("train", "test"),
       decode=functools.partial(decode, sequence_length=params.sequence_length),
-      num_classes=NUM_CLASSES, per_client_test=True, key=key)
+      num_classes=NUM_CLASSES, per_client_test=True, own_test=True, key=key)
   return dataclasses.replace(data, pad_label=PAD)

@@ -95,5 +95,6 @@ def build(params: StackOverflowParams, seed: int, *, key: str = "data") -> Feder
   # Every id in the vocabulary plus pad, OOV, BOS, EOS; a short vocabulary
   # (a tiny file) shrinks the model rather than leaving dead classes.
   data = tff_files.federated_data(train, test, to_examples, params, seed,
-                                  num_classes=len(vocab) + 4, key=key, client_ids=ids)
+                                  num_classes=len(vocab) + 4, key=key, client_ids=ids,
+                                  test_split=test_split)
   return dataclasses.replace(data, pad_label=PAD)
