@@ -45,7 +45,8 @@ def describe(config_path: str | os.PathLike, overrides: Sequence[str] = (),
   """
   from fedsim.experiment.config.loader import expand_variants, load_config
   _, raw = load_config(config_path, overrides)
-  ((_, config),) = expand_variants(raw if variant else {**raw, "variants": {}}, only=variant)
+  # With `seeds`, the data of the first seed.
+  _, config = expand_variants(raw if variant else {**raw, "variants": {}}, only=variant)[0]
   data = DATASETS.get(config.data.name).build(config.data.params, config.seed)
   text = summary(config.data.name, data, seed=config.seed)
   if out_png is None and logdir is not None:

@@ -45,3 +45,11 @@ def test_cli_seeds_flag(tmp_path, capsys):
   with pytest.raises(SystemExit) as e:
     cli.main(["validate", str(path), "--seeds", "0,x"])
   assert e.value.code == 2
+
+
+def test_data_describe_shows_the_first_seeds_data(tmp_path, capsys):
+  path = tmp_path / "c.yaml"
+  path.write_text("name: s\nrounds: 1\nclients_per_round: 2\nseeds: [3, 4]\n"
+                  "data: {name: synthetic, num_clients: 4}\nmodel: {name: logistic}\n")
+  assert cli.main(["data", "describe", str(path), "--png", str(tmp_path / "d.png")]) == 0
+  assert capsys.readouterr().out.startswith("dataset: synthetic (seed 3)")
