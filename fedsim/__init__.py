@@ -8,6 +8,7 @@ Importing fedsim is light; TensorFlow is imported when a run starts.
 """
 
 from fedsim.api import run, validate
-from fedsim.errors import RunFailed, UserError
+from fedsim.errors import HostError, RunFailed, UserError
+from fedsim.experiment.round_info import RoundInfo
 
-__all__ = ["run", "validate", "RunFailed", "UserError"]
+__all__ = ["run", "validate", "HostError", "RoundInfo", "RunFailed", "UserError"]

@@ -7,9 +7,12 @@ that cannot resume is refused before the first variant spends any time.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import os
 import sys
 import pathlib
+import types
 from typing import Any, Callable, Mapping, Sequence
 
 from fedsim.experiment.config.loader import expand_variants, load_config, plain
@@ -59,9 +62,9 @@ def _config_name(raw) -> str:
 def run(config: ConfigSource, overrides: Sequence[str] = (), logdir: str | os.PathLike = "runs",
         progress: bool | None = None, on_run_dir: Callable[[pathlib.Path], None] | None = None,
         *, resume: bool | str | os.PathLike | None = None, fresh: bool = False,
-        on_round: Callable[[int, dict[str, float]], None] | None = None,
-        variant: str | None = None):
-  """Runs an experiment, resuming interrupted runs from their checkpoints.
+        on_round: Callable[..., None] | None = None,
+        variant: str | None = None, data: Any = None, model: Any = None):
+  """Runs an experiment, each variant in a new run directory unless told to resume.
 
   Args:
     config: a YAML path or a config mapping.
@@ -69,14 +72,25 @@ def run(config: ConfigSource, overrides: Sequence[str] = (), logdir: str | os.Pa
     logdir: root of the run directories (`<logdir>/<name>/<run>/`).
     progress: progress bar on/off; None = only when stdout is a terminal.
     on_run_dir: called with each run directory as soon as it exists.
-    resume: None: each variant resumes its newest incomplete run that has a
-      checkpoint, else starts a new run; True: the same, but a variant with
-      nothing to resume is an error; a run directory: resume that one (for a
-      config with variants, the variant whose runs it belongs to).
-    fresh: start new run directories, whatever exists (nothing is deleted).
-    on_round: called as `on_round(round, metrics)` after each round.
+    resume: None (default): new run directories; True: each variant resumes
+      its newest incomplete run that has a checkpoint (an error if a variant
+      has none); a run directory: resume that one (for a config with
+      variants, the variant whose runs it belongs to).
+    fresh: new run directories: the default, kept for old callers (it
+      excludes `resume`).
+    on_round: called after each round as `on_round(round, metrics, info)`,
+      `info` a `fedsim.RoundInfo` (trainable weights as NumPy arrays, the
+      sampled and aggregated client ids); a callback taking two arguments is
+      called as `on_round(round, metrics)`.
     variant: run only this variant of the config (UserError listing the
       variants if it has none of that name).
+    data: replaces the config's dataset: a `fedsim.data.FederatedData`, a
+      dict as a `custom` builder returns, a function `fn(seed=...)` returning
+      either, or an import path 'module:function'. The data section's batching
+      and partitioning keys still apply.
+    model: replaces the config's model: a function `(input_shape,
+      num_classes) -> tf.keras.Model` or an import path 'module:function'
+      (the `keras` model entry); `model.initial_weights` still applies.
 
   Returns:
     a `RunResult` (run_dir, metrics per round, size_info, final weights) for
@@ -89,7 +103,9 @@ def run(config: ConfigSource, overrides: Sequence[str] = (), logdir: str | os.Pa
   """
   from fedsim.experiment import resume as resuming
   _, raw = load_config(config, overrides)
+  raw = _with_objects(raw, data, model)
   runs = expand_variants(raw, only=variant)  # validates them all before TF is imported
+  on_round = _three_argument(on_round)
   plans = []
   for variant, cfg in runs:
     resolved = plain(cfg)
@@ -136,4 +152,69 @@ def run(config: ConfigSource, overrides: Sequence[str] = (), logdir: str | os.Pa
   if len(runs) == 1 and runs[0][0] is None:
     return results[None]
   return results
+
+
+def _three_argument(on_round: Callable[..., None] | None) -> Callable[..., None] | None:
+  """`on_round` as the loop calls it, (round, metrics, info); two-argument
+  callbacks (fedsim's earlier form) get the first two."""
+  if on_round is None:
+    return None
+  try:
+    inspect.signature(on_round).bind(0, {}, None)
+  except TypeError:
+    return lambda round_num, metrics, info: on_round(round_num, metrics)
+  except ValueError:  # No signature to inspect (a builtin): assume the current form.
+    pass
+  return on_round
+
+
+# Objects passed as `run(data=..., model=...)`, reachable by the import path that
+# config.yaml records for them ('fedsim.api:passed.data_0'), as a config's
+# `builder:` keys are. The same object gets the same name, so a run made with
+# it can be resumed in the same process.
+passed = types.SimpleNamespace()
+_passed_names: dict[tuple[str, int], str] = {}
+
+
+def _pass(kind: str, obj: Any, builder: Callable[..., Any]) -> str:
+  """The import path of `builder`, kept in `passed` for as long as the process runs."""
+  key = (kind, id(obj))
+  if key not in _passed_names:
+    _passed_names[key] = f"{kind}_{len(_passed_names)}"
+    setattr(passed, _passed_names[key], builder)  # Keeps `obj` alive: ids stay unique.
+  return f"{__name__}:passed.{_passed_names[key]}"
+
+
+def _with_objects(raw: Mapping[str, Any], data: Any, model: Any) -> Mapping[str, Any]:
+  """`raw` with its data / model section replaced by the objects passed to `run`."""
+  if data is None and model is None:
+    return raw
+  from fedsim.data.federated import ClientBatching, FederatedData, Partitioning
+  out = dict(raw)
+  if data is not None:
+    old = raw.get("data") if isinstance(raw.get("data"), Mapping) else {}
+    kept = {f.name for cls in (ClientBatching, Partitioning)
+            for f in dataclasses.fields(cls)} | {"num_classes"}
+    if isinstance(data, str):
+      builder = data
+    elif callable(data) and not isinstance(data, FederatedData):
+      builder = _pass("data", data, data)
+    else:
+      builder = _pass("data", data, lambda seed, **args: data)
+    out["data"] = {"name": "custom", "builder": builder,
+                   **{k: v for k, v in old.items() if k in kept}}
+  if model is not None:
+    old = raw.get("model") if isinstance(raw.get("model"), Mapping) else {}
+    if isinstance(model, str):
+      builder = model
+    elif callable(model):
+      builder = _pass("model", model, lambda input_shape, num_classes, **args:
+                      model(input_shape, num_classes, **args))
+    else:
+      raise UserError(f"model=: expected a function (input_shape, num_classes) ->"
+                      f" tf.keras.Model or an import path 'module:function', got"
+                      f" {type(model).__name__}")
+    out["model"] = {"name": "keras", "builder": builder,
+                    **{k: v for k, v in old.items() if k == "initial_weights"}}
+  return out
 

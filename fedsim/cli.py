@@ -58,11 +58,10 @@ def _parser() -> argparse.ArgumentParser:
   start = run.add_mutually_exclusive_group()
   start.add_argument("--resume", nargs="?", const=True, default=None, metavar="RUN_DIR",
                      help="resume RUN_DIR from its last checkpoint, or without RUN_DIR the"
-                          " newest incomplete run (the default when one exists; with this"
-                          " flag, having none is an error)")
+                          " newest incomplete run of each variant (having none is an"
+                          " error); without this flag every run starts a new directory")
   start.add_argument("--fresh", action="store_true",
-                     help="start a new run directory even if an incomplete run exists"
-                          " (nothing is deleted)")
+                     help="start a new run directory (the default; nothing is deleted)")
 
   validate = sub.add_parser("validate", help="check a config without running it",
                             description="Validate a config and its variants; exit 2 with"

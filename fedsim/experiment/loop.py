@@ -29,6 +29,7 @@ from fedsim.experiment.checkpoint import (Checkpoint, check_free_space, export_m
 from fedsim.experiment import async_loop
 from fedsim.experiment.client_states import ClientStateStore
 from fedsim.experiment.rewind import BITS_DIR, rewind_logs
+from fedsim.experiment.round_info import RoundInfo
 from fedsim.experiment.simulation import Simulation, client_batches
 from fedsim.experiment.system import RoundOutcome, simulate_round
 from fedsim.reporting import (CompositeSink, CsvSink, Progress, TensorBoardSink,
@@ -37,6 +38,7 @@ from fedsim.backend import quiet
 from fedsim.sizing import SizeInfo
 
 FINAL_MODEL = "final_model.npz"
+CLIENTS_CSV = "clients.csv"  # round, sampled ids, aggregated ids (space-separated)
 
 
 @dataclasses.dataclass
@@ -91,7 +93,8 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
                progress: bool | None = None,
                check_runtime: Callable[[str], None] | None = None, *,
                resume_from: Checkpoint | None = None,
-               on_round: Callable[[int, dict[str, float]], None] | None = None) -> RunResult:
+               on_round: Callable[[int, dict[str, float], RoundInfo], None] | None = None
+               ) -> RunResult:
   """Runs the rounds of `sim` (after `resume_from`, if given) into `run_dir`.
 
   Each round samples `clients_per_round + backup_clients` clients, lets the
@@ -101,8 +104,10 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
   after the last, the whole state is checkpointed (see `checkpoint.py`); at
   the end the model is exported to `final_model.npz`. `check_runtime(during)`
   raises RunFailed if the runtime died; it is called when a round fails, so a
-  dead worker is reported as such. `on_round(round, metrics)` is called after
-  each round is logged and checkpointed.
+  dead worker is reported as such. `on_round(round, metrics, info)` is
+  called after each round is logged and checkpointed (`info`: a RoundInfo).
+  The ids of the clients each round sampled and aggregated go to
+  `clients.csv`, cut back to the checkpoint on resume like metrics.csv.
 
   Returns:
     The RunResult with the metrics of every round, resumed ones included.
@@ -119,7 +124,7 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
   config = sim.config
   start = resume_from.round_num if resume_from is not None else 0
   round_num = start
-  sinks = time_sink = bits_sink = None
+  sinks = time_sink = bits_sink = clients_sink = None
   bar = Progress(config.rounds, enabled=progress, start_round=start)
   try:
     write_status(run_dir, "running")
@@ -141,6 +146,8 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
     csv_sink = CsvSink(run_dir / "metrics.csv",
                        resume_after_round=start if resume_from is not None else None)
     history = read_metrics_csv(csv_sink.path) if start and csv_sink.path.exists() else []
+    clients_sink = CsvSink(run_dir / CLIENTS_CSV,
+                           resume_after_round=start if resume_from is not None else None)
     sinks = CompositeSink([csv_sink, TensorBoardSink(run_dir)])
     # Eval accuracy against cumulative simulated milliseconds (TensorBoard's step axis).
     time_sink = TensorBoardSink(run_dir / "simulated_time")
@@ -152,8 +159,13 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
               if async_loop.is_buffered(sim) else None)
     play = player.play_round if player is not None else _play_round
     for round_num in range(start + 1, config.rounds + 1):
-      state, metrics, simulated_total = play(
+      # A player that knows its clients returns (sampled, aggregated) ids too.
+      state, metrics, simulated_total, *clients = play(
           sim, state, states, round_num, simulated_total, sizes, run_dir)
+      sampled, aggregated = clients[0] if clients else (None, None)
+      if sampled is not None:
+        clients_sink.write(round_num, {"sampled": " ".join(sampled),
+                                       "aggregated": " ".join(aggregated)})
       if round_num % config.eval.every == 0 or round_num == config.rounds:
         weights = sim.algorithm.model_weights(state)
         metrics.update(sim.evaluate(weights))
@@ -172,7 +184,8 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
                         extra_npz={async_loop.ASYNC_STATE: player.checkpoint_arrays()}
                         if player is not None else None)
       if on_round is not None:
-        on_round(round_num, metrics)
+        trained = [np.asarray(w) for w in sim.algorithm.model_weights(state).trainable]
+        on_round(round_num, metrics, RoundInfo(trained, sampled, aggregated))
     weights = sim.algorithm.model_weights(state)
     export_model(run_dir / FINAL_MODEL, weights, sim.model.weight_names)
     final_weights = [np.asarray(w) for w in weights.trainable]
@@ -185,11 +198,11 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
         k: final[k] for k in ("eval/accuracy", "eval/loss", "train/loss",
                               "cumulative_broadcast_bits", "cumulative_aggregate_bits")
         if k in final}, step=config.rounds)
-    for sink in (sinks, time_sink, bits_sink):
+    for sink in (sinks, time_sink, bits_sink, clients_sink):
       sink.close()  # Flushes: a full disk shows here, before 'completed'.
     write_status(run_dir, "completed")
   except BaseException as e:
-    for sink in (sinks, time_sink, bits_sink):
+    for sink in (sinks, time_sink, bits_sink, clients_sink):
       _close_quietly(sink)
     raised = _record_ending(e, run_dir, check_runtime,
                             f"round {round_num}" if round_num > start else "start-up")
@@ -277,7 +290,12 @@ def _close_quietly(sink) -> None:
 
 def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_num: int,
                 simulated_total: float, sizes: SizeInfo, run_dir: pathlib.Path):
-  """Runs one round. Returns (new state, its metrics, simulated seconds so far)."""
+  """Runs one round.
+
+  Returns:
+    (new state, its metrics, simulated seconds so far, (sampled client ids,
+    aggregated client ids)).
+  """
   config = sim.config
   sampled = sim.sampler.sample(round_num, config.clients_per_round + config.backup_clients)
   packed = client_batches(sim, round_num, sampled)
@@ -316,7 +334,8 @@ def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_n
   if sim.privacy is not None:
     # Rounds that aggregated released a noised mean; skipped ones released nothing.
     metrics.update(sim.privacy.round_metrics(sum(1 for b in sizes.aggregate_history if b)))
-  return state, metrics, simulated_total
+  aggregated = () if outcome.skipped else tuple(outcome.aggregated)
+  return state, metrics, simulated_total, (tuple(outcome.sampled), aggregated)
 
 
 def _disk_needed(sim: Simulation, state, states: ClientStateStore | None) -> int:

@@ -1,11 +1,11 @@
 """Which run directory a `fedsim run` continues, and whether it may.
 
-* By default a run resumes the newest incomplete run of the same experiment
+* By default a run starts a new run directory; nothing is deleted.
+* `resume=True` continues the newest incomplete run of the same experiment
   and variant (`<logdir>/<name>/` runs whose status is not 'completed') that
-  has a complete checkpoint, and otherwise starts a new run directory.
-* `resume=True` insists on such a run; `resume=<run dir>` names it (a
-  completed run may then be extended by raising `rounds`).
-* `fresh=True` always starts a new run directory; nothing is deleted.
+  has a complete checkpoint, and insists on one; `resume=<run dir>` names the
+  run (a completed run may then be extended by raising `rounds`).
+* `fresh=True` says the default explicitly (it excludes `resume`).
 
 The config of a resumed run must equal the checkpointed one (its
 `config.yaml`) in everything but `rounds` and the `checkpoint` section, which
@@ -94,8 +94,8 @@ def check_resumable(run_dir: pathlib.Path, resolved: Mapping[str, Any]) -> Resum
                if k.split(".")[0] not in MAY_DIFFER]
   if differing:
     raise UserError(f"{run_dir}: the config differs from the checkpointed run in"
-                    f" {', '.join(differing)} (only rounds and checkpoint.* may change); use --fresh to"
-                    " start a new run")
+                    f" {', '.join(differing)} (only rounds and checkpoint.* may change); leave out"
+                    " --resume to start a new run")
   checkpoint = latest_checkpoint(run_dir)
   if checkpoint is None:
     raise UserError(f"--resume {run_dir}: no complete checkpoint to resume from")
@@ -115,16 +115,17 @@ def choose(logdir: str | os.PathLike, name: str, variant: str | None,
   Args:
     logdir, name, variant: where the variant's runs live.
     resolved: the variant's resolved config (as written to config.yaml).
-    resume: None (resume if possible), True (must resume) or a run directory.
-    fresh: start a new run directory regardless.
+    resume: None or False (a new run directory), True (the newest incomplete
+      run, which must exist) or a run directory.
+    fresh: a new run directory (the default; excludes `resume`).
 
   Raises:
     UserError: see `check_resumable`; also when `resume` is True and there is
       nothing to resume, or `resume` and `fresh` are both given.
   """
-  if fresh:
-    if resume not in (None, False):
-      raise UserError("--fresh and --resume exclude each other")
+  if fresh and resume not in (None, False):
+    raise UserError("--fresh and --resume exclude each other")
+  if resume in (None, False):
     return None
   if resume not in (None, True, False):
     run_dir = pathlib.Path(resume)
@@ -134,8 +135,6 @@ def choose(logdir: str | os.PathLike, name: str, variant: str | None,
   for run_dir in _incomplete_runs(logdir, name, variant):
     if latest_checkpoint(run_dir) is not None:
       return check_resumable(run_dir, resolved)
-  if resume is True:
-    label = f"{name}/{variant}" if variant else name
-    raise UserError(f"--resume: no incomplete run of {label} with a checkpoint"
-                    f" under {pathlib.Path(logdir) / name}")
-  return None
+  label = f"{name}/{variant}" if variant else name
+  raise UserError(f"--resume: no incomplete run of {label} with a checkpoint"
+                  f" under {pathlib.Path(logdir) / name}")

@@ -82,6 +82,8 @@ def _format_lines(rows: Iterable[list[str]]) -> str:
 
 def _cell(value: Any) -> str:
   # repr(float) round-trips exactly; integers (counts, bits) stay integers.
+  if isinstance(value, str):  # e.g. clients.csv's client ids
+    return value
   if isinstance(value, numbers.Integral):
     return str(int(value))
   return repr(float(value))
@@ -148,7 +150,7 @@ class CsvSink:
 
     Raises:
       ValueError: if `metrics['round']` disagrees with `round_num`, or a value
-        is not a number.
+        is neither a number nor a string.
       OSError: naming the file, if it cannot be written (e.g. a full disk).
     """
     if ROUND in metrics and metrics[ROUND] != round_num:

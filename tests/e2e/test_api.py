@@ -6,6 +6,7 @@ import csv
 
 import numpy as np
 import pytest
+import yaml
 
 import fedsim
 
@@ -88,3 +89,64 @@ def test_inprocess_runtime_matches_local_and_stateful_falls_back(tff_runtime, tm
       "fedsim: runtime.name: inprocess cannot run this algorithm (its clients keep state"
       " between rounds); using local") == 1
   assert len(results["easgd"].metrics) == 2
+
+
+@pytest.mark.slow
+def test_on_round_gets_weights_and_client_ids_which_clients_csv_records(tff_runtime, tmp_path):
+  config = dict(BASE, rounds=3, backup_clients=1,
+                system={"speed": "lognormal", "dropout_probability": 0.3})
+  seen, legacy = [], []
+  result = fedsim.run(config, logdir=tmp_path,
+                      on_round=lambda r, metrics, info: seen.append((r, metrics, info)))
+  fedsim.run(config, logdir=tmp_path, on_round=lambda r, metrics: legacy.append(r))
+  assert legacy == [1, 2, 3] and [r for r, _, _ in seen] == [1, 2, 3]
+  rows = list(csv.DictReader(open(result.run_dir / "clients.csv")))
+  assert [r["round"] for r in rows] == ["1", "2", "3"]
+  for (r, metrics, info), row in zip(seen, rows):
+    assert isinstance(info, fedsim.RoundInfo)
+    assert len(info.sampled) == metrics["clients/sampled"] == 4
+    assert len(info.aggregated) == metrics["clients/aggregated"]
+    assert set(info.aggregated) <= set(info.sampled)
+    assert row["sampled"].split() == list(info.sampled)
+    assert row["aggregated"].split() == list(info.aggregated)
+  # The last round's weights are the model the run ends with.
+  for got, want in zip(seen[-1][2].weights, result.final_weights):
+    np.testing.assert_array_equal(got, want)
+  assert [w.shape for w in seen[0][2].weights] == [(64, 10), (10,)]
+
+
+def _blobs(num_clients: int = 3, per_client: int = 12, features: int = 4):
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(num_clients * per_client + 9, features)).astype(np.float32)
+  y = (x[:, 0] > 0).astype(np.int32) + (x[:, 1] > 0).astype(np.int32)  # 3 classes
+  clients = {f"c{i}": (x[i * per_client:(i + 1) * per_client], y[i * per_client:(i + 1) * per_client])
+             for i in range(num_clients)}
+  return {"clients": clients, "test": (x[-9:], y[-9:])}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form", ["dict", "FederatedData"])
+def test_data_and_model_objects(tff_runtime, tmp_path, form):
+  import tensorflow as tf
+  from fedsim.data import Examples, FederatedData
+  blobs = _blobs()
+  data = blobs if form == "dict" else FederatedData(
+      {c: Examples(*xy) for c, xy in blobs["clients"].items()}, Examples(*blobs["test"]),
+      (4,), 3)
+  calls = []
+
+  def make_model(input_shape, num_classes):
+    calls.append((tuple(input_shape), num_classes))
+    return tf.keras.Sequential([tf.keras.Input(input_shape), tf.keras.layers.Dense(num_classes)])
+
+  config = dict(BASE, rounds=1, clients_per_round=2)  # digits + logistic, both replaced
+  result = fedsim.run(config, logdir=tmp_path, data=data, model=make_model)
+  assert calls and set(calls) == {((4,), 3)}
+  row = result.metrics[0]
+  assert row["broadcast_model_bits_per_client"] == (4 * 3 + 3) * 32
+  assert row["train/num_examples"] == 2 * 12  # two of our 12-example clients
+  resolved = yaml.safe_load((result.run_dir / "config.yaml").read_text())
+  assert resolved["data"]["name"] == "custom" and resolved["data"]["batch_size"] == 16
+  assert resolved["data"]["builder"].startswith("fedsim.api:passed.data_")
+  assert resolved["model"]["name"] == "keras"
+  assert set(row) >= {"eval/accuracy"}

@@ -51,13 +51,13 @@ def test_changed_config_is_refused_with_the_keys(tmp_path, capsys):
   run_dir = _fake_run(tmp_path, CONFIG)
   path = tmp_path / "c.yaml"
   path.write_text(yaml.safe_dump(CONFIG))
-  code, err = _main(capsys, str(path), "--logdir", str(tmp_path), "--set", "seed=3",
+  code, err = _main(capsys, str(path), "--logdir", str(tmp_path), "--resume", "--set", "seed=3",
                     "--set", "algorithm.client_optimizer.learning_rate=0.2",
                     "--set", "rounds=9", "--set", "checkpoint.keep=1")
   assert code == 2
   assert err == [f"fedsim: error: {run_dir}: the config differs from the checkpointed run"
                  " in algorithm.client_optimizer.learning_rate, seed (only rounds and"
-                 " checkpoint.* may change); use --fresh to start a new run"]
+                 " checkpoint.* may change); leave out --resume to start a new run"]
 
 
 @pytest.mark.parametrize("args,message", [
@@ -72,6 +72,17 @@ def test_nothing_to_resume(tmp_path, capsys, args, message):
   code, err = _main(capsys, str(path), "--logdir", str(tmp_path), *args)
   assert code == 2 and len(err) == 1
   assert err[0].startswith("fedsim: error: " + message.format(tmp=tmp_path))
+
+
+def test_a_run_starts_a_new_directory_unless_told_to_resume(tmp_path):
+  from fedsim.experiment import resume
+  run_dir = _fake_run(tmp_path, CONFIG)  # interrupted, with a checkpoint
+  resolved = yaml.safe_load((run_dir / "config.yaml").read_text())
+  for fresh in (False, True):
+    assert resume.choose(tmp_path, "faults", None, resolved, None, fresh) is None
+  assert resume.choose(tmp_path, "faults", None, resolved, True, False).run_dir == run_dir
+  with pytest.raises(UserError, match="--fresh and --resume exclude each other"):
+    resume.choose(tmp_path, "faults", None, resolved, True, True)
 
 
 def test_completed_run_is_not_resumed_unless_rounds_grow(tmp_path):
@@ -117,7 +128,7 @@ def test_dead_worker_fails_the_round_then_the_run_resumes_and_extends(tff_runtim
   assert status == "failed" and "died during round 3" in message
   assert ckpt.latest_checkpoint(run_dir).round_num == 2
 
-  resumed = fedsim.run(CONFIG, logdir=tmp_path)  # picks up the failed run
+  resumed = fedsim.run(CONFIG, logdir=tmp_path, resume=True)  # picks up the failed run
   assert resumed.run_dir == run_dir and [r["round"] for r in resumed.metrics] == [1, 2, 3]
   extended = fedsim.run(CONFIG, ["rounds=4"], logdir=tmp_path, resume=run_dir)
   assert [r["round"] for r in read_metrics_csv(run_dir / "metrics.csv")] == [1, 2, 3, 4]

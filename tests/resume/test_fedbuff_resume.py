@@ -45,7 +45,7 @@ def test_sigkilled_fedbuff_run_resumes_to_the_uninterrupted_result(tmp_path):
     killed.kill()
     killed.communicate()
 
-  resumed = _fedsim(str(config), "--logdir", str(tmp_path / "runs"))
+  resumed = _fedsim(str(config), "--logdir", str(tmp_path / "runs"), "--resume")
   out, err = resumed.communicate(timeout=600)
   assert resumed.returncode == 0, err
   assert "resuming" in out

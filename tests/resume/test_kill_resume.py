@@ -82,7 +82,7 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_result(tmp_path):
     killed.communicate()
   assert (tmp_path / "runs/proof/easgd/status").read_text().startswith("running")
 
-  resumed = _fedsim(str(config), "--logdir", str(tmp_path / "runs"))
+  resumed = _fedsim(str(config), "--logdir", str(tmp_path / "runs"), "--resume")
   out, err = resumed.communicate(timeout=600)
   assert resumed.returncode == 0, err
   assert f"resuming {tmp_path / 'runs/proof/easgd'} after round" in out
@@ -94,6 +94,11 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_result(tmp_path):
   rows = _rows(run_dir)
   assert [r["round"] for r in rows] == [str(r) for r in range(1, ROUNDS + 1)]
   assert rows == _rows(ref_dir)  # every metric, bit for bit (repr of floats)
+  clients = (run_dir / "clients.csv").read_text()
+  assert clients == (ref_dir / "clients.csv").read_text()  # rewound: each round once
+  assert clients.splitlines()[0] == "round,sampled,aggregated"
+  assert [line.split(",")[0] for line in clients.splitlines()[1:]] == [
+      str(r) for r in range(1, ROUNDS + 1)]
   with np.load(run_dir / "final_model.npz") as got, np.load(ref_dir / "final_model.npz") as want:
     assert sorted(got.files) == sorted(want.files)
     for name in want.files:

@@ -1,0 +1,26 @@
+"""What a run hands to `on_round` callbacks besides the round's metrics."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundInfo:
+  """The global model and the clients of one finished round.
+
+  Attributes:
+    weights: the global model's trainable weights after the round, as NumPy
+      arrays in the model's variable order (what `final_model.npz` holds).
+    sampled: ids of the clients sampled (dispatched) this round; None when
+      the algorithm's loop does not report them.
+    aggregated: ids of the clients whose updates the server aggregated (none
+      for a skipped round); None as for `sampled`.
+  """
+
+  weights: Sequence[np.ndarray]
+  sampled: tuple[str, ...] | None
+  aggregated: tuple[str, ...] | None
