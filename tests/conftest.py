@@ -35,6 +35,15 @@ def _tff_guard():
   yield
 
 
+def pytest_sessionfinish(session, exitstatus):
+  """Drops TFF's own default context while modules are intact, so its
+  finalizer prints no traceback at interpreter exit."""
+  del session, exitstatus
+  if "tensorflow_federated" in sys.modules:
+    from fedsim.backend import contexts
+    contexts.drop_default()
+
+
 class SmallDisk:
   """A tmpfs of a few MiB for disk-full tests; `fill()` takes all its free space."""
 

@@ -18,6 +18,7 @@ Only the first import is filtered; later calls return the loaded module.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
 import logging
@@ -112,9 +113,23 @@ def import_tensorflow() -> ModuleType:
 
 
 def import_tff() -> ModuleType:
-  """The `tensorflow_federated` module, imported quietly (TensorFlow first)."""
+  """The `tensorflow_federated` module, imported quietly (TensorFlow first).
+
+  At exit, TFF's own default context is dropped while modules are intact
+  (see `fedsim.backend.contexts.drop_default`): otherwise every script that
+  ran `fedsim.run` ended with TFF's teardown traceback.
+  """
   import_tensorflow()
-  return import_quietly("tensorflow_federated")
+  first = "tensorflow_federated" not in sys.modules
+  module = import_quietly("tensorflow_federated")
+  if first:
+    atexit.register(_drop_tff_default)
+  return module
+
+
+def _drop_tff_default() -> None:
+  from fedsim.backend import contexts  # pylint: disable=g-import-not-at-top
+  contexts.drop_default()
 
 
 def _cap_python_loggers() -> None:
