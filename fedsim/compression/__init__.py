@@ -135,6 +135,9 @@ class DirectionSpec:
   encoder: Component
   min_elements: int | None = DEFAULT_MIN_ELEMENTS
   threshold: int | None = None
+  # Upload only: each client keeps what its encoder dropped and adds it to its
+  # next update (see `fedsim.compression.error_feedback`).
+  error_feedback: bool = False
 
   def encodes(self, num_elements: int) -> bool:
     """True if a float tensor of `num_elements` elements gets the encoder."""
@@ -146,7 +149,9 @@ class DirectionSpec:
     """The config mapping this spec was parsed from (defaults filled in)."""
     rule = ({"threshold": self.threshold} if self.threshold is not None
             else {"min_elements": self.min_elements})
-    return {"encoder": self.encoder.name, **rule, **dataclasses.asdict(self.encoder.params)}
+    feedback = {"error_feedback": True} if self.error_feedback else {}
+    return {"encoder": self.encoder.name, **rule, **feedback,
+            **dataclasses.asdict(self.encoder.params)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,7 +173,8 @@ def _require_mapping(data: Any, key: str) -> Mapping[str, Any]:
 
 
 def parse_direction(data: Any, key: str) -> DirectionSpec:
-  """Parses `{encoder: NAME, min_elements: N | threshold: N, **encoder params}` (or `NAME`).
+  """Parses `{encoder: NAME, min_elements: N | threshold: N, error_feedback: BOOL,
+  **encoder params}` (or `NAME`).
 
   Returns:
     The DirectionSpec.
@@ -186,7 +192,7 @@ def parse_direction(data: Any, key: str) -> DirectionSpec:
                     f" (one of: {', '.join(ENCODERS.names())})")
   entry = ENCODERS.get(data["encoder"], f"{key}.encoder")
   own = {f.name for f in dataclasses.fields(entry.params)}
-  valid = own | {"encoder", "min_elements", "threshold"}
+  valid = own | {"encoder", "min_elements", "threshold", "error_feedback"}
   for name in data:
     if name not in valid:
       raise UserError(f"{key}.{name}: unknown key for encoder '{entry.name}'"
@@ -194,10 +200,14 @@ def parse_direction(data: Any, key: str) -> DirectionSpec:
   rule = parse(_Threshold, {k: v for k, v in data.items()
                             if k in ("min_elements", "threshold")}, key)
   params = parse(entry.params, {k: v for k, v in data.items() if k in own}, key)
+  feedback = data.get("error_feedback", False)
+  if not isinstance(feedback, bool):
+    raise UserError(f"{key}.error_feedback: expected true or false, got {feedback!r:.40}")
   if rule.threshold is not None:
-    return DirectionSpec(Component(entry.name, params), None, rule.threshold)
+    return DirectionSpec(Component(entry.name, params), None, rule.threshold, feedback)
   return DirectionSpec(Component(entry.name, params),
-                       DEFAULT_MIN_ELEMENTS if rule.min_elements is None else rule.min_elements)
+                       DEFAULT_MIN_ELEMENTS if rule.min_elements is None else rule.min_elements,
+                       error_feedback=feedback)
 
 
 def parse_compression(data: Any, key: str = "compression") -> CompressionSpec:
@@ -216,9 +226,14 @@ def parse_compression(data: Any, key: str = "compression") -> CompressionSpec:
     if name not in _DIRECTIONS:
       raise UserError(f"{key}.{name}: unknown key{closest(name, _DIRECTIONS)};"
                       f" valid keys here: {', '.join(_DIRECTIONS)}")
-  return CompressionSpec(**{
+  spec = CompressionSpec(**{
       name: parse_direction(data[name], f"{key}.{name}")
       for name in _DIRECTIONS if data.get(name) is not None})
+  for name in _DIRECTIONS:
+    if getattr(spec, name) is not None and getattr(spec, name).error_feedback:
+      raise UserError(f"{key}.{name}.error_feedback: only an aggregation chain's encode stage"
+                      " keeps residuals")
+  return spec
 
 
 # The encoders papers compare (qsgd, terngrad, sign, drive, topk, randk, kashin)

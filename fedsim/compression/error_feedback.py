@@ -67,3 +67,60 @@ def feedback_step(update: Any, residual: Any, spec: DirectionSpec | None,
   sent = tf.nest.map_structure(tf.add, update, residual)
   decoded = local_decode(sent, spec, seed)
   return sent, decoded, tf.nest.map_structure(tf.subtract, sent, decoded)
+
+
+def weighted_feedback_step(update: Any, residual: Any, weight: Any, spec: DirectionSpec,
+                           seed: int, weighted: bool) -> tuple[Any, Any]:
+  """`feedback_step` for a client whose update a mean aggregates (TensorFlow).
+
+  A weighted mean (TFF's `MeanFactory`) encodes weight * value, multiplied
+  as TFF multiplies it, so the client decodes that and divides the weight
+  back out; the residual stays in update units. A client of weight 0 sends
+  nothing and keeps all of update + residual.
+
+  Returns:
+    (sent, new_residual): the value to hand to the aggregation, and what the
+    client keeps.
+  """
+  sent = tf.nest.map_structure(tf.add, update, residual)
+  if not weighted:
+    decoded = local_decode(sent, spec, seed)
+  else:
+    scaled = tf.nest.map_structure(lambda x: x * tf.cast(weight, x.dtype), sent)
+    decoded = tf.nest.map_structure(
+        lambda d: tf.math.divide_no_nan(d, tf.cast(weight, d.dtype)),
+        local_decode(scaled, spec, seed))
+  return sent, tf.nest.map_structure(tf.subtract, sent, decoded)
+
+
+def upload_feedback(stages: Any) -> DirectionSpec | None:
+  """The aggregation chain's `encode` stage if it asks for error feedback, else None.
+
+  Raises:
+    UserError: if a stage other than `mean` shares the chain: the client
+      could not predict what it does to the value before the encoder.
+  """
+  from fedsim.errors import UserError
+  found = [(i, s) for i, s in enumerate(stages)
+           if s.name == "encode" and getattr(s.params, "error_feedback", False)]
+  if not found:
+    return None
+  index, stage = found[0]
+  others = [s.name for s in stages if s.name not in ("encode", "mean")]
+  if others:
+    raise UserError(f"aggregation[{index}].error_feedback: needs the encode stage alone (or"
+                    f" after mean); the client cannot predict what '{others[0]}' does to"
+                    " its update")
+  return stage.params
+
+
+def residual_sums(residual: Any) -> dict:
+  """One client's contributions to the error-feedback measurements
+  (TensorFlow): its new residual's L2 norm and a count of 1."""
+  norm = tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(r)) for r in tf.nest.flatten(residual)]))
+  return {"residual_norm": norm, "clients": tf.constant(1.0)}
+
+
+def finalize_sums(sums: dict) -> dict:
+  """Summed `residual_sums` -> `residual_norm`, the mean over aggregated clients."""
+  return {"residual_norm": sums["residual_norm"] / tf.maximum(sums["clients"], 1.0)}

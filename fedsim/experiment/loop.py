@@ -69,6 +69,8 @@ def _round_metrics(measurements, aggregation_plan) -> dict[str, float]:
       "train/accuracy": float(work["accuracy"]),
       "train/num_examples": float(work["num_examples"]),
   }
+  if "error_feedback" in work:   # an encode stage's client residuals (client work)
+    out.update(stage_measurements.flatten(work["error_feedback"], "error_feedback"))
   out.update(stage_measurements.flatten(measurements.get("distributor"), "distributor"))
   out.update(stage_measurements.aggregation_metrics(aggregation_plan,
                                                     measurements.get("aggregator")))

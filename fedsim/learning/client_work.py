@@ -63,11 +63,16 @@ def _metrics_finalizer(sequence: bool):
 
   @tff.tensorflow.computation(spec)
   def finalize(sums):
-    total = tf.maximum(sums["num_tokens"] if sequence else sums["num_examples"], 1.0)
-    return collections.OrderedDict(
-        loss=sums["loss_sum"] / total, accuracy=sums["correct"] / total,
-        num_examples=sums["num_examples"])
+    return _finalize_sums(sums, sequence)
   return finalize
+
+
+def _finalize_sums(sums, sequence: bool) -> collections.OrderedDict:
+  """`_metrics_finalizer`'s rule in TensorFlow, for finalizers that extend it."""
+  total = tf.maximum(sums["num_tokens"] if sequence else sums["num_examples"], 1.0)
+  return collections.OrderedDict(
+      loss=sums["loss_sum"] / total, accuracy=sums["correct"] / total,
+      num_examples=sums["num_examples"])
 
 
 def _stats_dict(stats, sequence: bool):
@@ -124,7 +129,8 @@ class SharedState(NamedTuple):
 
 def build_stateful_client_work(weights_type, data_type, initial_client_state,
                                client_update: Callable,
-                               shared: SharedState | None = None) -> ClientWork:
+                               shared: SharedState | None = None,
+                               extra_metrics: tuple[str, Callable] | None = None) -> ClientWork:
   """Client work whose clients keep state between the rounds they take part in.
 
   `client_update(model_weights, batches, client_state) -> (update,
@@ -134,6 +140,9 @@ def build_stateful_client_work(weights_type, data_type, initial_client_state,
   fifth element, its contribution to the sum that updates the shared value.
   The shared value is this stage's server state (checkpointed with it); it
   and the contributions cross the wire unencoded, outside the aggregation chain.
+  With `extra_metrics = (name, finalize)`, `stats` is a pair (BatchStats, a
+  dict of per-client values); their sums over clients go through `finalize`
+  (TensorFlow, dict -> dict) into the measurements under `name`.
   """
   def type_of(structure):
     return tff.types.tensorflow_to_type(tf.nest.map_structure(
@@ -146,7 +155,19 @@ def build_stateful_client_work(weights_type, data_type, initial_client_state,
   def one_client(*args):
     update, update_weight, stats, new_state, *contribution = client_update(*args)
     result = tff.learning.templates.ClientResult(update=update, update_weight=update_weight)
-    return ((result, new_state), _stats_dict(stats, sequence), *contribution)
+    if extra_metrics is None:
+      return ((result, new_state), _stats_dict(stats, sequence), *contribution)
+    stats, extra = stats
+    sums = _stats_dict(stats, sequence)
+    sums["extra"] = collections.OrderedDict(sorted(extra.items()))
+    return ((result, new_state), sums, *contribution)
+
+  if extra_metrics is not None:
+    def finalize_all(sums):
+      out = _finalize_sums(sums, sequence)
+      out[extra_metrics[0]] = collections.OrderedDict(
+          sorted(extra_metrics[1](sums["extra"]).items()))
+      return out
 
   if shared is None:
     client_fn = tff.tensorflow.computation(
@@ -177,6 +198,9 @@ def build_stateful_client_work(weights_type, data_type, initial_client_state,
     def init_fn():
       return tff.federated_eval(initial_shared, tff.SERVER)
 
+  if extra_metrics is not None:
+    finalize = tff.tensorflow.computation(finalize_all, client_fn.type_signature.result[1])
+
   @tff.federated_computation(
       init_fn.type_signature.result, tff.FederatedType(weights_type, tff.CLIENTS),
       tff.FederatedType(data_type, tff.CLIENTS), tff.FederatedType(state_type, tff.CLIENTS))
@@ -198,7 +222,8 @@ def build_stateful_client_work(weights_type, data_type, initial_client_state,
 
 def model_delta_client_work(task, optimizer, uniform_weighting: bool, accumulation=None,
                             keep_optimizer_state: bool = False,
-                            extra_gradient: Callable | None = None) -> ClientWork:
+                            extra_gradient: Callable | None = None,
+                            error_feedback=None) -> ClientWork:
   """Client work that trains locally and sends `received - trained` weights.
 
   Args:
@@ -211,11 +236,17 @@ def model_delta_client_work(task, optimizer, uniform_weighting: bool, accumulati
       FedAvg workers keep their optimizer slots; False starts it fresh.
     extra_gradient: `received weights -> (weights -> gradient)`, a term added
       to every batch gradient (FedProx's proximal pull), or None.
+    error_feedback: `(DirectionSpec, run seed)` of the aggregation's encode
+      stage when it has `error_feedback: true`: each client keeps what the
+      encoder drops as a residual, adds it to its next update, and reports the
+      mean residual L2 norm as `error_feedback/residual_norm`; or None.
 
   Returns:
     The ClientWork; stateful (client state on disk) when optimizer state is
-    kept or accumulation carries a partial window over.
+    kept, accumulation carries a partial window over, or error feedback keeps
+    residuals.
   """
+  from fedsim.compression import error_feedback as ef
   from fedsim.learning import local_training
   from fedsim.learning.optimizers import state_as_arrays, stored_or_initial
   accumulation = accumulation or local_training.Accumulation()
@@ -234,7 +265,7 @@ def model_delta_client_work(task, optimizer, uniform_weighting: bool, accumulati
     weight = tf.constant(1.0) if uniform_weighting else result.stats.num_examples
     return delta, weight, result
 
-  if not (keep_optimizer_state or accumulation.carry):
+  if not (keep_optimizer_state or accumulation.carry or error_feedback):
     def update_fn(model_weights, batches):
       delta, weight, result = train(model_weights, batches, optimizer.initialize(specs), None)
       return delta, weight, result.stats
@@ -245,6 +276,8 @@ def model_delta_client_work(task, optimizer, uniform_weighting: bool, accumulati
     initial["optimizer_state"] = state_as_arrays(optimizer, specs)
   if accumulation.carry:
     initial["window"] = empty_window_arrays(trainable)
+  if error_feedback:
+    initial["residual"] = tuple(np.zeros_like(w) for w in trainable)
 
   def stateful_update_fn(model_weights, batches, client_state):
     fresh = tf.nest.map_structure(tf.convert_to_tensor, optimizer.initialize(specs))
@@ -258,10 +291,16 @@ def model_delta_client_work(task, optimizer, uniform_weighting: bool, accumulati
       new_state["optimizer_state"] = result.optimizer_state
     if accumulation.carry:
       new_state["window"] = window_state(result.window)
-    return delta, weight, result.stats, new_state
+    if not error_feedback:
+      return delta, weight, result.stats, new_state
+    spec, seed = error_feedback
+    sent, new_state["residual"] = ef.weighted_feedback_step(
+        delta, client_state["residual"], weight, spec, seed, weighted=not uniform_weighting)
+    return sent, weight, (result.stats, ef.residual_sums(new_state["residual"])), new_state
 
-  return build_stateful_client_work(task.model.weights_type, data_type, initial,
-                                    stateful_update_fn)
+  return build_stateful_client_work(
+      task.model.weights_type, data_type, initial, stateful_update_fn,
+      extra_metrics=("error_feedback", ef.finalize_sums) if error_feedback else None)
 
 
 def empty_window_arrays(trainable) -> collections.OrderedDict:

@@ -62,6 +62,7 @@ def compose_model_update_algorithm(task, work: client_work.ClientWork, server_op
   """
   result_type = work.process.next.type_signature.result.result.member
   update_type = (result_type[0] if work.client_state_type is not None else result_type).update
+  _check_error_feedback(task, work)
   aggregator, plan = update_aggregator(task, update_type, aggregation)
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
       server_optimizer, task.model.weights_type)
@@ -73,6 +74,19 @@ def compose_model_update_algorithm(task, work: client_work.ClientWork, server_op
                             sizing_process=composer.sizing_view(process),
                             initial_client_state=work.initial_client_state,
                             aggregation_plan=plan)
+
+
+def _check_error_feedback(task, work: client_work.ClientWork) -> None:
+  """An encode stage's `error_feedback` needs client work that keeps residuals
+  (it reports `error_feedback` measurements); others would silently ignore it."""
+  from fedsim.compression.error_feedback import upload_feedback
+  if upload_feedback(task.aggregation) is None:
+    return
+  measurements = work.process.next.type_signature.result.measurements.member
+  if "error_feedback" not in tff.structure.name_list(measurements):
+    index = next(i for i, s in enumerate(task.aggregation) if s.name == "encode")
+    raise UserError(f"aggregation[{index}].error_feedback: this algorithm's clients do not"
+                    " keep residuals (fedavg and fedprox do)")
 
 
 def _drop_weight(unweighted: tff.templates.AggregationProcess) -> tff.templates.AggregationProcess:

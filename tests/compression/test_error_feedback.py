@@ -96,3 +96,57 @@ def test_top_k_residuals_match_numpy_over_three_rounds_with_an_absent_client():
   # The absent client's residual waited: nonzero after three rounds, and each
   # participant's residual holds what top-k dropped (N - K coordinates).
   assert np.count_nonzero(residual[2]) == N - K
+
+
+@pytest.mark.parametrize("name", ["easgd", "fedsgd"])
+def test_algorithms_without_residuals_refuse_error_feedback(name):
+  from fedsim.errors import UserError
+  from tests.learning import builders
+  stage = {"name": "encode", "encoder": "topk", "k": K, "error_feedback": True}
+  with pytest.raises(UserError, match=r"aggregation\[0\]\.error_feedback: this algorithm"):
+    builders.algorithm(name, {}, builders.task_model(), aggregation=[stage])
+
+
+def test_error_feedback_needs_the_encoder_alone_and_only_uploads():
+  from fedsim.errors import UserError
+  from fedsim.compression.error_feedback import upload_feedback
+  from fedsim.aggregation import parse_aggregation
+  chain = parse_aggregation([{"name": "clip", "norm": 1.0},
+                             {"name": "encode", "encoder": "topk", "error_feedback": True}])
+  with pytest.raises(UserError, match=r"aggregation\[1\]\.error_feedback: .*'clip'"):
+    upload_feedback(chain)
+  from fedsim.compression import parse_compression
+  with pytest.raises(UserError, match=r"compression\.broadcast\.error_feedback"):
+    parse_compression({"broadcast": {"encoder": "topk", "error_feedback": True}})
+  with pytest.raises(UserError, match=r"error_feedback: expected true or false"):
+    _spec(error_feedback="yes")
+
+
+def test_weighted_mean_encodes_the_weighted_value_the_client_decoded():
+  """TFF's MeanFactory encodes n_i * value; the client's residual is in update units."""
+  import tensorflow as tf
+  import tensorflow_federated as tff
+  from fedsim.compression.error_feedback import weighted_feedback_step
+  from fedsim.compression.mean import build_encoded_mean
+  spec = _spec("topk", k=K)
+  vec = tf.TensorSpec([N], tf.float32)
+  step = tff.tensorflow.computation(
+      lambda u, e, w: weighted_feedback_step(u, e, w, spec, SEED, weighted=True),
+      vec, vec, tf.TensorSpec([], tf.float32))
+  mean = build_encoded_mean(spec, weighted=True, seed=SEED).create(
+      tff.TensorType(np.float32, [N]), tff.TensorType(np.float32))
+  rng = np.random.default_rng(5)
+  updates = rng.normal(size=(2, N)).astype(np.float32)
+  residuals = rng.normal(scale=0.1, size=(2, N)).astype(np.float32)
+  weights = np.float32([3.0, 5.0])
+  outs = [step(u, e, w) for u, e, w in zip(updates, residuals, weights)]
+  expected = np.zeros(N, np.float64)
+  for (sent, residual), u, e, w in zip(outs, updates, residuals, weights):
+    p = u + e
+    np.testing.assert_array_equal(sent, p)
+    kept = _top_k(p, K) != 0          # top-k of w * p keeps the same coordinates as of p
+    np.testing.assert_array_equal(residual[~kept], p[~kept])
+    np.testing.assert_allclose(residual[kept], 0.0, atol=1e-6)
+    expected += w * _top_k(p, K)
+  result = mean.next(mean.initialize(), [o[0] for o in outs], list(weights)).result
+  np.testing.assert_allclose(result, expected / weights.sum(), rtol=1e-6, atol=1e-7)
