@@ -303,6 +303,28 @@ def model_delta_client_work(task, optimizer, uniform_weighting: bool, accumulati
       extra_metrics=("error_feedback", ef.finalize_sums) if error_feedback else None)
 
 
+def error_feedback_client_work(task, update_fn: Callable, uniform_weighting: bool,
+                               error_feedback) -> ClientWork:
+  """Stateless client work `update_fn(model_weights, batches) -> (update,
+  update_weight, stats)` made to keep an error-feedback residual per client
+  (see `model_delta_client_work`'s `error_feedback`)."""
+  from fedsim.compression import error_feedback as ef
+  spec, seed = error_feedback
+  initial = collections.OrderedDict(residual=tuple(
+      np.zeros_like(w) for w in task.model.initial_weights.trainable))
+
+  def stateful_update_fn(model_weights, batches, client_state):
+    update, weight, stats = update_fn(model_weights, batches)
+    sent, residual = ef.weighted_feedback_step(
+        update, client_state["residual"], weight, spec, seed, weighted=not uniform_weighting)
+    return (sent, weight, (stats, ef.residual_sums(residual)),
+            collections.OrderedDict(residual=residual))
+
+  return build_stateful_client_work(
+      task.model.weights_type, task.model.client_data_type(task.batch_size), initial,
+      stateful_update_fn, extra_metrics=("error_feedback", ef.finalize_sums))
+
+
 def empty_window_arrays(trainable) -> collections.OrderedDict:
   """A client's carried accumulation window before it has any (NumPy, for disk)."""
   return collections.OrderedDict(grads=tuple(np.zeros_like(w) for w in trainable),

@@ -86,7 +86,7 @@ def _check_error_feedback(task, work: client_work.ClientWork) -> None:
   if "error_feedback" not in tff.structure.name_list(measurements):
     index = next(i for i, s in enumerate(task.aggregation) if s.name == "encode")
     raise UserError(f"aggregation[{index}].error_feedback: this algorithm's clients do not"
-                    " keep residuals (fedavg and fedprox do)")
+                    " keep residuals (fedavg, fedprox and fedsgd do)")
 
 
 def _drop_weight(unweighted: tff.templates.AggregationProcess) -> tff.templates.AggregationProcess:

@@ -26,10 +26,12 @@ def _rows(result):
 
 
 @pytest.mark.slow
-def test_resumed_error_feedback_run_equals_the_uninterrupted_one(tmp_path):
-  whole = fedsim.run(CONFIG, logdir=tmp_path / "whole", progress=False)
-  half = fedsim.run(CONFIG, ["rounds=2"], logdir=tmp_path / "parts", progress=False)
-  resumed = fedsim.run(CONFIG, logdir=tmp_path / "parts", progress=False, resume=half.run_dir)
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedsgd"])
+def test_resumed_error_feedback_run_equals_the_uninterrupted_one(tmp_path, algorithm):
+  config = dict(CONFIG, algorithm={"name": algorithm})
+  whole = fedsim.run(config, logdir=tmp_path / "whole", progress=False)
+  half = fedsim.run(config, ["rounds=2"], logdir=tmp_path / "parts", progress=False)
+  resumed = fedsim.run(config, logdir=tmp_path / "parts", progress=False, resume=half.run_dir)
   rows = _rows(whole)
   # Top-20 of a 640-element kernel drops most of each update: residuals are large.
   assert all(row["error_feedback/residual_norm"] > 0 for row in rows)
@@ -37,7 +39,7 @@ def test_resumed_error_feedback_run_equals_the_uninterrupted_one(tmp_path):
   for got, want in zip(resumed.final_weights, whole.final_weights):
     np.testing.assert_array_equal(got, want)
   # The residuals matter: without them the same run ends elsewhere.
-  plain = dict(CONFIG, aggregation=[dict(CONFIG["aggregation"][0], error_feedback=False)])
+  plain = dict(config, aggregation=[dict(CONFIG["aggregation"][0], error_feedback=False)])
   other = fedsim.run(plain, logdir=tmp_path / "plain", progress=False)
   assert "error_feedback/residual_norm" not in other.metrics[0]
   assert not np.array_equal(other.final_weights[0], whole.final_weights[0])

@@ -98,13 +98,13 @@ def test_top_k_residuals_match_numpy_over_three_rounds_with_an_absent_client():
   assert np.count_nonzero(residual[2]) == N - K
 
 
-@pytest.mark.parametrize("name", ["easgd", "fedsgd"])
+@pytest.mark.parametrize("name", ["easgd", "scaffold"])
 def test_algorithms_without_residuals_refuse_error_feedback(name):
   from fedsim.errors import UserError
   from tests.learning import builders
   stage = {"name": "encode", "encoder": "topk", "k": K, "error_feedback": True}
   with pytest.raises(UserError, match=r"aggregation\[0\]\.error_feedback: this algorithm"):
-    builders.algorithm(name, {}, builders.task_model(), aggregation=[stage])
+    builders.algorithm(name, {}, builders.task_model(), aggregation=[stage], num_clients=4)
 
 
 def test_error_feedback_needs_the_encoder_alone_and_only_uploads():
