@@ -161,6 +161,8 @@ def check_chain(stages: Sequence[Component], kind: str | None, algorithm: str,
   depend on the experiment (e.g. the clients per round).
   """
   from fedsim.aggregation.builtin import absorb_clip
+  from fedsim.compression import upload_feedback
+  upload_feedback(stages)   # error feedback needs its encode stage alone in the chain
   stages = absorb_clip(stages)
   roles = [role_of(s) for s in stages]
   for i, (stage, role) in enumerate(zip(stages, roles)):

@@ -236,6 +236,26 @@ def parse_compression(data: Any, key: str = "compression") -> CompressionSpec:
   return spec
 
 
+def upload_feedback(stages: Any) -> DirectionSpec | None:
+  """The aggregation chain's `encode` stage if it asks for error feedback, else None.
+
+  Raises:
+    UserError: if a stage other than `mean` shares the chain: the client
+      could not predict what it does to the value before the encoder.
+  """
+  found = [(i, s) for i, s in enumerate(stages)
+           if s.name == "encode" and getattr(s.params, "error_feedback", False)]
+  if not found:
+    return None
+  index, stage = found[0]
+  others = [s.name for s in stages if s.name not in ("encode", "mean")]
+  if others:
+    raise UserError(f"aggregation[{index}].error_feedback: needs the encode stage alone (or"
+                    f" after mean); the client cannot predict what '{others[0]}' does to"
+                    " its update")
+  return stage.params
+
+
 # The encoders papers compare (qsgd, terngrad, sign, drive, topk, randk, kashin)
 # register themselves exactly as a plugin's would.
 from fedsim.compression import papers as _papers  # noqa: E402,F401

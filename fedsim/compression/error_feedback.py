@@ -15,7 +15,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from fedsim.compression import DirectionSpec
+from fedsim.compression import DirectionSpec, upload_feedback  # noqa: F401  (re-exported)
 from fedsim.compression import tensor_encoding_api as te_api
 from fedsim.compression.encoders import encoder_for
 
@@ -91,27 +91,6 @@ def weighted_feedback_step(update: Any, residual: Any, weight: Any, spec: Direct
         lambda d: tf.math.divide_no_nan(d, tf.cast(weight, d.dtype)),
         local_decode(scaled, spec, seed))
   return sent, tf.nest.map_structure(tf.subtract, sent, decoded)
-
-
-def upload_feedback(stages: Any) -> DirectionSpec | None:
-  """The aggregation chain's `encode` stage if it asks for error feedback, else None.
-
-  Raises:
-    UserError: if a stage other than `mean` shares the chain: the client
-      could not predict what it does to the value before the encoder.
-  """
-  from fedsim.errors import UserError
-  found = [(i, s) for i, s in enumerate(stages)
-           if s.name == "encode" and getattr(s.params, "error_feedback", False)]
-  if not found:
-    return None
-  index, stage = found[0]
-  others = [s.name for s in stages if s.name not in ("encode", "mean")]
-  if others:
-    raise UserError(f"aggregation[{index}].error_feedback: needs the encode stage alone (or"
-                    f" after mean); the client cannot predict what '{others[0]}' does to"
-                    " its update")
-  return stage.params
 
 
 def residual_sums(residual: Any) -> dict:

@@ -115,6 +115,9 @@ def test_error_feedback_needs_the_encoder_alone_and_only_uploads():
                              {"name": "encode", "encoder": "topk", "error_feedback": True}])
   with pytest.raises(UserError, match=r"aggregation\[1\]\.error_feedback: .*'clip'"):
     upload_feedback(chain)
+  from fedsim.aggregation import check_chain   # what `fedsim validate` runs
+  with pytest.raises(UserError, match=r"aggregation\[1\]\.error_feedback: .*'clip'"):
+    check_chain(chain, "weighted_mean", "fedavg", 3)
   from fedsim.compression import parse_compression
   with pytest.raises(UserError, match=r"compression\.broadcast\.error_feedback"):
     parse_compression({"broadcast": {"encoder": "topk", "error_feedback": True}})
