@@ -32,7 +32,7 @@ from fedsim.algorithms import ALGORITHMS, ClientPlan, FederatedAlgorithm, Task
 from fedsim.algorithms.accumulation import GradientAccumulation, accumulation_field
 from fedsim.config.typed import Component, bounded, component
 from fedsim.errors import UserError
-from fedsim.learning.optimizers import OPTIMIZERS
+from fedsim.learning.optimizers import OPTIMIZERS, build_optimizer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +73,7 @@ def build_easgd(params: EasgdParams, task: Task) -> FederatedAlgorithm:
   from fedsim.learning import client_work, local_training, stages
   from fedsim.learning.optimizers import state_as_arrays, stored_or_initial
 
-  optimizer = OPTIMIZERS.get(params.client_optimizer.name).build(params.client_optimizer.params)
+  optimizer = build_optimizer(params.client_optimizer)
   trainable = task.model.initial_weights.trainable
   specs = tuple(tf.TensorSpec(w.shape, tf.float32) for w in trainable)
   accumulation = params.gradient_accumulation.for_training()

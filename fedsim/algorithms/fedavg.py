@@ -27,7 +27,7 @@ from typing import Literal
 from fedsim.algorithms import ALGORITHMS, ClientPlan, FederatedAlgorithm, Task
 from fedsim.algorithms.accumulation import GradientAccumulation, accumulation_field
 from fedsim.config.typed import Component, bounded, component
-from fedsim.learning.optimizers import OPTIMIZERS
+from fedsim.learning.optimizers import OPTIMIZERS, build_optimizer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +57,7 @@ def build_model_averaging(params: FedAvgParams, task: Task,
   from fedsim.learning import client_work, stages
   feedback = upload_feedback(task.aggregation)
   work = client_work.model_delta_client_work(
-      task, OPTIMIZERS.get(params.client_optimizer.name).build(params.client_optimizer.params),
+      task, build_optimizer(params.client_optimizer),
       uniform_weighting=params.client_weighting == "uniform",
       accumulation=params.gradient_accumulation.for_training(),
       keep_optimizer_state=params.client_optimizer_state == "keep",
@@ -65,7 +65,6 @@ def build_model_averaging(params: FedAvgParams, task: Task,
       error_feedback=(feedback, task.seed) if feedback is not None else None)
   return stages.compose_model_update_algorithm(
       task, work,
-      server_optimizer=OPTIMIZERS.get(params.server_optimizer.name).build(
-          params.server_optimizer.params),
+      server_optimizer=build_optimizer(params.server_optimizer),
       aggregation=params.aggregation_kind(),
       client_plan=ClientPlan(epochs=task.epochs, steps=params.local_steps))

@@ -25,7 +25,7 @@ from fedsim.algorithms import ALGORITHMS, ClientPlan, FederatedAlgorithm, Task
 from fedsim.algorithms.staleness import STALENESS
 from fedsim.config.typed import Component, bounded, component
 from fedsim.errors import UserError
-from fedsim.learning.optimizers import OPTIMIZERS
+from fedsim.learning.optimizers import OPTIMIZERS, build_optimizer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,10 +57,9 @@ def build_fedbuff(params: FedBuffParams, task: Task) -> FederatedAlgorithm:
   from fedsim.learning import buffered, client_work, stages
   import tensorflow_federated as tff
   work = client_work.model_delta_client_work(
-      task, OPTIMIZERS.get(params.client_optimizer.name).build(params.client_optimizer.params),
+      task, build_optimizer(params.client_optimizer),
       uniform_weighting=params.client_weighting == "uniform")
-  server_optimizer = OPTIMIZERS.get(params.server_optimizer.name).build(
-      params.server_optimizer.params)
+  server_optimizer = build_optimizer(params.server_optimizer)
   kind = params.aggregation_kind()
   plan = ClientPlan(epochs=task.epochs, steps=params.local_steps)
   # The synchronous round of the same stages: what one client downloads and uploads.

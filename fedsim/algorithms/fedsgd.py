@@ -20,7 +20,7 @@ from typing import Literal
 
 from fedsim.algorithms import ALGORITHMS, ClientPlan, FederatedAlgorithm, Task
 from fedsim.config.typed import Component, bounded, component
-from fedsim.learning.optimizers import OPTIMIZERS
+from fedsim.learning.optimizers import OPTIMIZERS, build_optimizer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +58,6 @@ def build_fedsgd(params: FedSgdParams, task: Task) -> FederatedAlgorithm:
         task.model.weights_type, task.model.client_data_type(task.batch_size), update_fn)
   return stages.compose_model_update_algorithm(
       task, work,
-      server_optimizer=OPTIMIZERS.get(params.server_optimizer.name).build(
-          params.server_optimizer.params),
+      server_optimizer=build_optimizer(params.server_optimizer),
       aggregation=params.aggregation_kind(),
       client_plan=ClientPlan(epochs=1, steps=params.batches_per_round))

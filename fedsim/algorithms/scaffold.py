@@ -26,7 +26,7 @@ from typing import Literal
 from fedsim.algorithms import ALGORITHMS, ClientPlan, FederatedAlgorithm, Task
 from fedsim.config.typed import Component, bounded, component
 from fedsim.errors import UserError
-from fedsim.learning.optimizers import OPTIMIZERS
+from fedsim.learning.optimizers import OPTIMIZERS, build_optimizer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +90,6 @@ def build_scaffold(params: ScaffoldParams, task: Task) -> FederatedAlgorithm:
       shared=client_work.SharedState(zeros, update_server_variate))
   return stages.compose_model_update_algorithm(
       task, work,
-      server_optimizer=OPTIMIZERS.get(params.server_optimizer.name).build(
-          params.server_optimizer.params),
+      server_optimizer=build_optimizer(params.server_optimizer),
       aggregation=params.aggregation_kind(),
       client_plan=ClientPlan(epochs=task.epochs, steps=params.local_steps))

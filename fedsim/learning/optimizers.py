@@ -15,6 +15,11 @@ from fedsim.registry import Registry
 OPTIMIZERS = Registry("optimizer")
 
 
+def build_optimizer(spec):
+  """The `tff.learning.optimizers.Optimizer` of a parsed `optimizer` Component."""
+  return OPTIMIZERS.get(spec.name).build(spec.params)
+
+
 @dataclasses.dataclass(frozen=True)
 class SgdParams:
   learning_rate: float = bounded(0.1, gt=0)
