@@ -124,6 +124,7 @@ class InProcessProcess:
     work = computations.concrete_function(form.work, "work")
     zero = computations.concrete_function(form.zero, "zero")
     accumulate = computations.concrete_function(form.accumulate, "accumulate")
+    merge = computations.concrete_function(form.merge, "merge")
     report = computations.concrete_function(form.report, "report")
     update = computations.concrete_function(form.update, "update")
     acc_specs = computations.tensor_specs(form.zero.type_signature.result)
@@ -160,12 +161,17 @@ class InProcessProcess:
                                (tf.constant(0), tuple(acc)))
         return acc
 
+    @tf.function(input_signature=(tuple(acc_specs), tuple(acc_specs)))
+    def merged(first, second):
+      with tf.device(device):
+        return tuple(merge(*first, *second))
+
     @tf.function(input_signature=(state_specs, tuple(acc_specs)))
     def finish(state, acc):
       with tf.device(device):
         return tuple(update(*state, *report(*acc)))
 
-    self._start, self._clients, self._finish = start, clients, finish
+    self._start, self._clients, self._merge, self._finish = start, clients, merged, finish
 
   def initialize(self) -> Any:
     """The initial server state, as `process.initialize()` returns it."""
@@ -175,12 +181,36 @@ class InProcessProcess:
 
   def next(self, state: Any, client_data: Sequence[Any]) -> tuple[Any, Any]:
     """One round: `(new_state, measurements)`, as `process.next` returns them."""
-    state_leaves = [tf.convert_to_tensor(v) for v in computations.flatten(state, self._state_type)]
-    client_input, acc = self._start(*state_leaves)
+    client_input, acc = self.start(state)
+    acc = self.run_clients(client_input, acc, client_data)
+    return self.finish(state, acc)
+
+  # The round in the MapReduceForm's phases, for runtimes that spread the
+  # clients over several processes (e.g. `fedsim.runtime.ray`): `start` on
+  # the driver, `run_clients` on each chunk of clients (anywhere, each from
+  # `zero()`), `merge` of the chunks' accumulators, then `finish`.
+
+  def start(self, state: Any) -> tuple[tuple[tf.Tensor, ...], tuple[tf.Tensor, ...]]:
+    """`(client_input, zero accumulator)` of the round: `prepare(state)`, `zero()`."""
+    return self._start(*self._state_leaves(state))
+
+  def run_clients(self, client_input, acc, client_data: Sequence[Any]) -> tuple[tf.Tensor, ...]:
+    """`acc` with every client of `client_data` worked and accumulated, in order."""
     for chunk in self._chunks(client_data):
-      acc = self._clients(client_input, acc, *self._concatenate(chunk))
-    leaves = self._finish(tuple(state_leaves), acc)
+      acc = self._clients(tuple(client_input), tuple(acc), *self._concatenate(chunk))
+    return acc
+
+  def merge(self, first, second) -> tuple[tf.Tensor, ...]:
+    """The MapReduceForm's `merge` of two partial accumulators."""
+    return self._merge(tuple(first), tuple(second))
+
+  def finish(self, state: Any, acc) -> tuple[Any, Any]:
+    """`(new_state, measurements)`: `update(state, report(acc))`."""
+    leaves = self._finish(tuple(self._state_leaves(state)), tuple(acc))
     return computations.pack(leaves, self._result_type)
+
+  def _state_leaves(self, state: Any) -> list[tf.Tensor]:
+    return [tf.convert_to_tensor(v) for v in computations.flatten(state, self._state_type)]
 
   def _chunks(self, client_data: Sequence[Any]):
     chunk, size = [], 0

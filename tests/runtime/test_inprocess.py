@@ -80,6 +80,24 @@ def test_same_state_and_metrics_as_tff_runtime(tff_runtime, params, compression,
                          model.initial_weights.trainable[0])
 
 
+def test_chunks_merged_equal_one_pass():
+  """`merge` of per-chunk accumulators (as a cluster runs them) equals one pass."""
+  model = builders.task_model(num_classes=2)
+  alg = builders.algorithm("fedavg", {"client_optimizer": {"name": "sgd", "learning_rate": 0.4}},
+                           model)
+  process = inprocess.InProcessProcess(alg.process, "cpu")
+  state = process.initialize()
+  data = ROUNDS[0] + ROUNDS[1]
+  whole, _ = process.next(state, data)
+  client_input, zero = process.start(state)
+  parts = [process.run_clients(client_input, zero, data[:2]),
+           process.run_clients(client_input, zero, data[2:])]
+  split, _ = process.finish(state, process.merge(*parts))
+  for g, w in zip(_leaves(split), _leaves(whole)):
+    np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7)
+  assert not np.allclose(_leaves(whole)[0], _leaves(state)[0])
+
+
 def test_initialize_matches_tff_runtime(tff_runtime):
   alg = builders.algorithm("fedavg", {}, builders.task_model())
   expected = alg.process.initialize()
