@@ -54,6 +54,28 @@ def config_differences(old: Any, new: Any, prefix: str = "") -> list[str]:
   return [] if old == new else [prefix.rstrip(".") or "<config>"]
 
 
+def _with_current_defaults(old: Mapping[str, Any]) -> Mapping[str, Any]:
+  """`old` plus the keys added to fedsim since it was written, at their defaults
+  (which keep the old behaviour), so a run written by an older fedsim still
+  resumes. Keys `old` has are compared as written; a config this fedsim no
+  longer accepts is compared as it is, and its differences are reported."""
+  from fedsim.experiment.config.loader import parse_config, plain
+  try:
+    again = plain(parse_config(old))
+  except (UserError, TypeError, ValueError):
+    return old
+  return _fill_missing(old, again)
+
+
+def _fill_missing(old: Any, defaults: Any) -> Any:
+  if not (isinstance(old, Mapping) and isinstance(defaults, Mapping)):
+    return old
+  filled = {key: _fill_missing(value, defaults.get(key)) for key, value in old.items()}
+  filled.update({key: value for key, value in defaults.items()
+                 if key not in old and key != "variants"})
+  return filled
+
+
 def belongs(run_name: str, variant: str | None) -> bool:
   """Whether a run directory named `run_name` holds a run of `variant`."""
   # create_run_dir names a variant's runs '<variant>', '<variant>-1', ... and
@@ -90,7 +112,7 @@ def check_resumable(run_dir: pathlib.Path, resolved: Mapping[str, Any]) -> Resum
                     " (no readable config.yaml)") from None
   if not isinstance(old, Mapping):
     raise UserError(f"{config_path}: expected a mapping of config keys")
-  differing = [k for k in config_differences(old, resolved)
+  differing = [k for k in config_differences(_with_current_defaults(old), resolved)
                if k.split(".")[0] not in MAY_DIFFER]
   if differing:
     raise UserError(f"{run_dir}: the config differs from the checkpointed run in"

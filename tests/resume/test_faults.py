@@ -85,6 +85,20 @@ def test_a_run_starts_a_new_directory_unless_told_to_resume(tmp_path):
     resume.choose(tmp_path, "faults", None, resolved, True, True)
 
 
+def test_a_run_written_before_a_key_existed_resumes_but_a_changed_default_is_refused(tmp_path):
+  """An older fedsim wrote no `eval.federated`; today's default keeps its behaviour."""
+  from fedsim.experiment import resume
+  run_dir = _fake_run(tmp_path, CONFIG)
+  resolved = yaml.safe_load((run_dir / "config.yaml").read_text())
+  older = {k: v for k, v in resolved.items() if k != "broadcast"}
+  older["eval"] = {k: v for k, v in resolved["eval"].items() if k != "federated"}
+  (run_dir / "config.yaml").write_text(yaml.safe_dump(older))
+  assert resume.choose(tmp_path, "faults", None, resolved, True, False).run_dir == run_dir
+  changed = dict(resolved, eval=dict(resolved["eval"], federated=True))
+  with pytest.raises(UserError, match=r"differs from the checkpointed run in eval\.federated "):
+    resume.choose(tmp_path, "faults", None, changed, True, False)
+
+
 def test_completed_run_is_not_resumed_unless_rounds_grow(tmp_path):
   run_dir = _fake_run(tmp_path, dict(CONFIG, rounds=1), status="completed")
   with pytest.raises(UserError, match="already ran 1 rounds"):
