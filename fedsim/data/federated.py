@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import threading
 from typing import Callable, Iterator, Mapping, Sequence
 
@@ -87,9 +88,19 @@ class FederatedData:
   pad_label: int | None = None
   client_test: Mapping[str, Examples] | None = None
 
-  @property
+  @functools.cached_property
   def client_ids(self) -> tuple[str, ...]:
+    """Every client id, in order (computed once: populations can be large)."""
     return tuple(self.clients)
+
+  @functools.cached_property
+  def client_index(self) -> dict[str, int]:
+    """Client id -> its position in `client_ids` (what per-client seeds use)."""
+    return {cid: i for i, cid in enumerate(self.client_ids)}
+
+  def client_size(self, client_id: str) -> int:
+    """Number of training examples of `client_id` (see `num_examples`)."""
+    return num_examples(self.clients, client_id)
 
   def describe(self) -> dict:
     """Summary statistics for logs and the CLI.
@@ -111,6 +122,19 @@ class FederatedData:
         "examples_per_client": _quantiles(sizes),
         "labels_per_client": _quantiles(labels),
     }
+
+
+def num_examples(clients: Mapping[str, Examples], client_id: str) -> int:
+  """`len(clients[client_id])`, without building the examples when `clients` knows sizes.
+
+  A lazy client mapping may define `num_examples(client_id)` (generated
+  datasets compute it from their parameters); any other mapping is read.
+
+  Raises:
+    KeyError: for an unknown client id.
+  """
+  sized = getattr(clients, "num_examples", None)
+  return sized(client_id) if sized is not None else len(clients[client_id])
 
 
 def _quantiles(values: np.ndarray) -> dict[str, float]:
@@ -219,11 +243,19 @@ class _HeldOut(Mapping[str, Examples]):
     self._held_out = held_out
     self._index = {cid: i for i, cid in enumerate(clients)}
 
+  def _held(self, n: int) -> int:
+    # Every client keeps at least one training example.
+    return min(int(round(self._fraction * n)), max(n - 1, 0))
+
+  def num_examples(self, client_id: str) -> int:
+    """The size of this side of `client_id`'s split, from its size alone."""
+    n = num_examples(self._clients, client_id)
+    return self._held(n) if self._held_out else n - self._held(n)
+
   def __getitem__(self, client_id: str) -> Examples:
     examples = self._clients[client_id]
     n = len(examples)
-    # Every client keeps at least one training example.
-    held = min(int(round(self._fraction * n)), max(n - 1, 0))
+    held = self._held(n)
     order = np.random.default_rng(
         [self._seed, HOLDOUT_STREAM, self._index[client_id]]).permutation(n)
     chosen = order[:held] if self._held_out else order[held:]

@@ -85,6 +85,22 @@ def pack(examples: Examples, batch_size: int, *, epochs: int = 1, steps: int | N
   return _gather(examples, index)
 
 
+def packed_examples(n: int, batch_size: int, *, epochs: int = 1,
+                    steps: int | None = None) -> int:
+  """`pack(examples, ...).num_examples` for a client of `n` examples, without packing.
+
+  Without `steps`: every pass sees all n examples. With `steps`: full batches
+  when n >= batch_size, else one whole (padded) pass per step.
+
+  Raises:
+    ValueError: if `n` or a count is below 1, as `pack` would.
+  """
+  if min(n, batch_size, epochs, 1 if steps is None else steps) < 1:
+    raise ValueError(f"n, batch_size, epochs and steps must be >= 1, got {n}, {batch_size},"
+                     f" {epochs}, {steps}")
+  return n * epochs if steps is None else steps * min(n, batch_size)
+
+
 def _gather(examples: Examples, index: np.ndarray) -> ClientBatches:
   """Batches holding examples[index], with zeros and mask 0 where index is -1."""
   real = index >= 0

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from fedsim.errors import RunFailed, UserError
-from fedsim.experiment.simulation import Simulation, client_batches
+from fedsim.experiment.simulation import RoundClients, Simulation
 from fedsim.experiment.system import simulate_round
 from fedsim.learning.buffered import BufferedAlgorithm, arrival
 from fedsim.backend import quiet
@@ -162,15 +162,15 @@ class BufferedRounds:
     busy = {c.client for c in self.in_flight}
     candidates = sim.sampler.sample(self.groups, self.concurrency, key="algorithm.concurrency")
     chosen = [c for c in candidates if c not in busy][:self.free]
-    packed = client_batches(sim, self.groups, chosen)
+    clients = RoundClients(sim, self.groups, chosen)
     outcome = simulate_round(
-        config.system, chosen, {c: float(packed[c]["mask"].sum()) for c in chosen},
+        config.system, chosen, clients.num_examples(),
         len(chosen), config.seed, self.groups,
         wire_bits=(sim.wire.broadcast, sim.wire.aggregate), population=sim.data.client_ids)
     failed = set(outcome.failed)
     reporting = [c for c in chosen if c not in failed]
     with quiet.filtered_stderr():  # TFF compiles at the first call.
-      state, trained = self.sim.algorithm.dispatch(state, [packed[c] for c in reporting])
+      state, trained = self.sim.algorithm.dispatch(state, list(clients.only(reporting)))
     results = dict(zip(reporting, (_as_arrays(r) for r in trained)))
     for cid in chosen:
       self.dispatches += 1

@@ -30,7 +30,7 @@ from fedsim.experiment import async_loop
 from fedsim.experiment.client_states import ClientStateStore
 from fedsim.experiment.rewind import BITS_DIR, rewind_logs
 from fedsim.experiment.round_info import RoundInfo
-from fedsim.experiment.simulation import Simulation, client_batches
+from fedsim.experiment.simulation import RoundClients, Simulation, round_input
 from fedsim.experiment.system import RoundOutcome, simulate_round
 from fedsim.reporting import (CompositeSink, CsvSink, Progress, TensorBoardSink,
                               flat_hparams, read_metrics_csv, write_hparams, write_status)
@@ -300,9 +300,9 @@ def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_n
   """
   config = sim.config
   sampled = sim.sampler.sample(round_num, config.clients_per_round + config.backup_clients)
-  packed = client_batches(sim, round_num, sampled)
+  clients = RoundClients(sim, round_num, sampled)  # packed as the runtime reads them
   outcome = simulate_round(
-      config.system, sampled, {c: float(packed[c]["mask"].sum()) for c in sampled},
+      config.system, sampled, clients.num_examples(),
       config.clients_per_round, config.seed, round_num,
       wire_bits=(sim.wire.broadcast, sim.wire.aggregate), population=sim.data.client_ids)
   simulated_total += outcome.round_seconds
@@ -313,8 +313,8 @@ def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_n
                f" of {len(outcome.sampled)} sampled clients reported, fewer than"
                f" system.min_clients={config.system.min_clients}")
   else:
-    data = [packed[c] for c in outcome.aggregated]
     process = sim.round_process
+    data = round_input(process, clients.only(outcome.aggregated))
     begin = time.perf_counter()
     # TFF compiles the round at its first call, and grappler logs known noise.
     with quiet.filtered_stderr():

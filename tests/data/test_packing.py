@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fedsim.data.federated import Examples
-from fedsim.data.packing import pack, stack
+from fedsim.data.packing import pack, packed_examples, stack
 
 
 def numbered(n: int, feature_shape: tuple[int, ...] = (1,)) -> Examples:
@@ -106,3 +106,10 @@ def test_stack_rejects_different_batch_sizes_and_nothing():
     stack([pack(numbered(5), 2), pack(numbered(5), 3)])
   with pytest.raises(ValueError):
     stack([])
+
+
+@pytest.mark.parametrize("n", [1, 4, 5, 6, 13])
+@pytest.mark.parametrize("epochs,steps", [(1, None), (3, None), (1, 1), (1, 7), (2, 3)])
+def test_packed_examples_is_the_mask_sum_of_pack(n, epochs, steps):
+  want = pack(numbered(n), 5, epochs=epochs, steps=steps, seed=[0]).mask.sum()
+  assert packed_examples(n, 5, epochs=epochs, steps=steps) == want

@@ -1,0 +1,89 @@
+"""RoundClients: a round's clients packed on access, as the seeded `pack` packs them."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+
+from fedsim.data.federated import PACK_STREAM, Examples, federate
+from fedsim.data.packing import pack
+from fedsim.experiment.simulation import RoundClients, client_batches, round_input
+from fedsim.task import ClientPlan
+
+SEED, ROUND, BATCH = 3, 5, 10
+SIZES = (3, 7, 10, 23, 45)  # below, at and above the batch size
+
+
+def fake_sim(plan: ClientPlan, cap: int | None = None):
+  """What RoundClients reads of a Simulation: data, seed, batching and the client plan."""
+  rng = np.random.default_rng(0)
+  parts = [Examples(rng.random((n, 4), dtype=np.float32), rng.integers(0, 3, n, dtype=np.int32))
+           for n in SIZES]
+  test = Examples(np.zeros((1, 4), np.float32), np.zeros(1, np.int32))
+  data = federate(parts, test, num_classes=3, max_examples_per_client=cap, seed=SEED)
+  params = types.SimpleNamespace(batch_size=BATCH, shuffle=True)
+  config = types.SimpleNamespace(seed=SEED, data=types.SimpleNamespace(params=params))
+  return types.SimpleNamespace(config=config, data=data,
+                               algorithm=types.SimpleNamespace(client_plan=plan))
+
+
+PLANS = {"one_epoch": (ClientPlan(), None), "three_epochs": (ClientPlan(epochs=3), None),
+         "steps": (ClientPlan(steps=4), None), "capped": (ClientPlan(epochs=2), 8),
+         "capped_steps": (ClientPlan(steps=3), 8)}
+
+
+@pytest.mark.parametrize("name", PLANS)
+def test_counts_equal_the_mask_sums_of_the_packed_clients(name):
+  sim = fake_sim(*PLANS[name])
+  ids = sim.data.client_ids[::-1]  # any order
+  clients = RoundClients(sim, ROUND, ids)
+  counts = clients.num_examples()
+  assert list(counts) == list(ids)
+  assert [counts[c] for c in ids] == [float(p["mask"].sum()) for p in clients]
+
+
+@pytest.mark.parametrize("name", PLANS)
+def test_a_client_packs_as_pack_with_its_round_and_population_index(name):
+  sim = fake_sim(*PLANS[name])
+  plan = PLANS[name][0]
+  ids = sim.data.client_ids[1::2]
+  clients = RoundClients(sim, ROUND, ids)
+  assert len(clients) == len(ids) and clients.ids == ids and clients.round_num == ROUND
+  for k, cid in enumerate(ids):
+    i = sim.data.client_ids.index(cid)
+    want = pack(sim.data.clients[cid], BATCH, epochs=plan.epochs, steps=plan.steps,
+                seed=[SEED, PACK_STREAM, ROUND, i])
+    got = clients[k]
+    for key in ("x", "y", "mask"):
+      np.testing.assert_array_equal(got[key], getattr(want, key))
+  # Each access packs anew, alike; `client_batches` gives the same arrays.
+  np.testing.assert_array_equal(clients[0]["x"], clients[0]["x"])
+  eager = client_batches(sim, ROUND, ids)
+  for cid, got in zip(ids, clients):
+    np.testing.assert_array_equal(got["y"], eager[cid]["y"])
+
+
+def test_slices_and_subsets_stay_lazy_rounds_of_the_same_round():
+  sim = fake_sim(ClientPlan())
+  clients = RoundClients(sim, ROUND, sim.data.client_ids)
+  head = clients[:2]
+  assert isinstance(head, RoundClients) and head.ids == sim.data.client_ids[:2]
+  picked = clients.only(["client_0004", "client_0001"])
+  assert picked.round_num == ROUND and picked.ids == ("client_0004", "client_0001")
+  np.testing.assert_array_equal(picked[1]["x"], clients[1]["x"])
+  with pytest.raises(IndexError):
+    clients[len(SIZES)]
+
+
+def test_tff_processes_get_a_list_and_fedsim_runtimes_the_lazy_sequence():
+  import tensorflow_federated as tff
+  sim = fake_sim(ClientPlan())
+  clients = RoundClients(sim, ROUND, sim.data.client_ids[:2])
+  process = tff.templates.IterativeProcess(
+      tff.tensorflow.computation(lambda: 0), tff.tensorflow.computation(lambda x: x, np.int32))
+  given = round_input(process, clients)
+  assert isinstance(given, list) and len(given) == 2
+  np.testing.assert_array_equal(given[1]["x"], clients[1]["x"])
+  assert round_input(object(), clients) is clients
