@@ -88,6 +88,9 @@ def _parser() -> argparse.ArgumentParser:
   compare.add_argument("--target", type=float, default=None, metavar="ACCURACY",
                        help="also show where each run first reached this eval accuracy:"
                             " its round, cumulative bits both ways and simulated hours")
+  compare.add_argument("--budget", default=None, metavar="BITS",
+                       help="also show each run's best eval accuracy among evaluations made"
+                            " with at most this many bits sent both ways (e.g. 64Mibit, 5e6)")
   compare.add_argument("experiment_dir", metavar="DIR",
                        help="experiment directory holding run directories, e.g. runs/<name>")
 
@@ -185,7 +188,10 @@ def _list(args) -> int:
 
 def _compare(args) -> int:
   from fedsim.reporting import compare
-  print(compare.format_comparison(compare.compare_runs(args.experiment_dir, args.target)))
+  from fedsim.reporting.units import parse_bits
+  budget = parse_bits(args.budget) if args.budget is not None else None
+  print(compare.format_comparison(compare.compare_runs(args.experiment_dir, args.target,
+                                                       budget)))
   by_seed = compare.compare_seeds(args.experiment_dir)
   if any(len(row["seeds"]) > 1 for row in by_seed):
     print()

@@ -23,7 +23,7 @@ from fedsim.errors import UserError
 from fedsim.reporting import seeds as seed_groups
 from fedsim.reporting.rundir import read_status
 from fedsim.reporting.sinks import read_metrics_csv
-from fedsim.reporting.units import format_bits
+from fedsim.reporting.units import format_bits, format_bits_ticks
 
 PLOT_NAME = "accuracy_vs_bits.png"
 ROUNDS_PLOT_NAME = "accuracy_vs_rounds.png"
@@ -53,14 +53,21 @@ class Run:
                  for stage in self.config.get(direction) or () if stage.get("name") == "encode"]
     return all(encoder in _LOSSLESS_ENCODERS for encoder in encoders)
 
-  def total_bits(self, direction: str) -> int | None:
-    """Bits sent in `direction` ('broadcast'/'aggregate') over the recorded rounds."""
+  def total_bits(self, direction: str, entropy: bool = False) -> int | None:
+    """Bits sent in `direction` ('broadcast'/'aggregate') over the recorded rounds.
+
+    `entropy`: what an entropy coder would have sent instead, from the
+    `<direction>_entropy_bits` columns; None if the run did not record them.
+    """
     if not self.metrics:
       return None
-    cumulative = self.metrics[-1].get(f"cumulative_{direction}_bits")
+    name = f"{direction}_entropy_bits" if entropy else f"{direction}_bits"
+    cumulative = self.metrics[-1].get(f"cumulative_{name}")
     if cumulative is not None:
       return int(cumulative)
-    return int(sum(row.get(f"{direction}_bits", 0) for row in self.metrics))
+    if entropy and not any(name in row for row in self.metrics):
+      return None
+    return int(sum(row.get(name, 0) for row in self.metrics))
 
   def mean_bits_per_client(self, direction: str) -> float | None:
     """Mean over rounds of `<direction>_bits_per_client`; None if never recorded."""
@@ -88,6 +95,20 @@ class Run:
                         + row.get("cumulative_aggregate_bits", 0),
                 "seconds": row.get("simulated_seconds")}
     return None
+
+  def within_budget(self, budget: float) -> dict[str, float] | None:
+    """The best eval accuracy among evaluations made with at most `budget`
+    cumulative bits (broadcast + aggregate) sent: its 'accuracy', 'round' and
+    'bits' (the earliest round on ties); None if no evaluation fits. A run
+    that ended below the budget counts all its evaluations."""
+    best = None
+    for bits, accuracy, round_num in zip(*self.accuracy_vs_bits(), self._eval_rounds()):
+      if bits <= budget and (best is None or accuracy > best["accuracy"]):
+        best = {"accuracy": accuracy, "round": round_num, "bits": bits}
+    return best
+
+  def _eval_rounds(self) -> list[float | None]:
+    return [row.get("round") for row in self.metrics if _ACCURACY in row]
 
 
 def _read_config(path: pathlib.Path) -> Mapping[str, Any]:
@@ -155,8 +176,8 @@ def _reference_for(run: Run, runs: Sequence[Run]) -> Run | None:
       (r.config.get("algorithm") or {}).get("name") != algorithm, r.status != "completed"))
 
 
-def compare_runs(experiment_dir: str | os.PathLike,
-                 target: float | None = None) -> list[dict[str, Any]]:
+def compare_runs(experiment_dir: str | os.PathLike, target: float | None = None,
+                 budget: float | None = None) -> list[dict[str, Any]]:
   """The comparison table of an experiment, one dict per run (for notebooks).
 
   Keys: 'variant' (run directory name), 'status', 'rounds' (recorded),
@@ -168,7 +189,12 @@ def compare_runs(experiment_dir: str | os.PathLike,
   (the last logged epsilon of a differentially private run, else None). With
   `target` (an eval accuracy), also 'target_round', 'target_bits' (cumulative
   bits both ways) and 'target_seconds' (simulated) where the run first
-  reached it, None if it never did.
+  reached it, None if it never did. With `budget` (bits, both directions
+  together), also 'budget' (that number), 'budget_accuracy' and
+  'budget_round': the best eval accuracy among the evaluations made within
+  the budget and its round (see `Run.within_budget`), None if none fits.
+  When a run recorded entropy-coded sizes, 'broadcast_entropy_bits' and
+  'aggregate_entropy_bits' hold their totals (else None).
 
   Raises:
     UserError: as `load_runs`.
@@ -186,6 +212,8 @@ def compare_runs(experiment_dir: str | os.PathLike,
     for direction in _DIRECTIONS:
       row[f"{direction}_bits"] = run.total_bits(direction)
     for direction in _DIRECTIONS:
+      row[f"{direction}_entropy_bits"] = run.total_bits(direction, entropy=True)
+    for direction in _DIRECTIONS:
       mine = run.mean_bits_per_client(direction)
       ratio = None
       if reference is not None and mine:
@@ -197,6 +225,10 @@ def compare_runs(experiment_dir: str | os.PathLike,
       reached = run.to_target(target) or {}
       for key in ("round", "bits", "seconds"):
         row[f"target_{key}"] = reached.get(key)
+    if budget is not None:
+      within = run.within_budget(budget) or {}
+      row.update(budget=budget, budget_accuracy=within.get("accuracy"),
+                 budget_round=within.get("round"))
     rows.append(row)
   return rows
 
@@ -265,6 +297,8 @@ _COLUMNS = (("variant", "variant", "text"), ("status", "status", "text"),
             ("aggregate_ratio", "aggregate ratio", "ratio"))
 _EPSILON = "privacy/epsilon"
 _EPSILON_COLUMN = (_EPSILON, "epsilon", "epsilon")
+_ENTROPY_COLUMNS = (("broadcast_entropy_bits", "broadcast entropy", "bits"),
+                    ("aggregate_entropy_bits", "aggregate entropy", "bits"))
 _TARGET_COLUMNS = (("target_round", "round to target", "round"),
                    ("target_bits", "bits to target", "bits"),
                    ("target_seconds", "sim. hours to target", "hours"))
@@ -272,11 +306,20 @@ _TARGET_COLUMNS = (("target_round", "round to target", "round"),
 
 def format_comparison(rows: Sequence[Mapping[str, Any]]) -> str:
   """The rows of `compare_runs` as an aligned text table plus a note on ratios
-  (and an epsilon column when a run is differentially private)."""
-  columns = _COLUMNS + ((_EPSILON_COLUMN,) if any(r.get(_EPSILON) is not None for r in rows)
-                        else ())
+  (and an epsilon column when a run is differentially private, entropy-coded
+  totals when a run recorded them, the target and budget columns when asked)."""
+  columns = _COLUMNS
+  if any(r.get(key) is not None for r in rows for key, _, _ in _ENTROPY_COLUMNS):
+    columns = columns[:6] + _ENTROPY_COLUMNS + columns[6:]
+  if any(r.get(_EPSILON) is not None for r in rows):
+    columns += (_EPSILON_COLUMN,)
   if any("target_round" in r for r in rows):
     columns += _TARGET_COLUMNS
+  budgets = {r["budget"] for r in rows if "budget" in r}
+  if budgets:
+    budget = format_bits_ticks([max(budgets)])[0]
+    columns += (("budget_accuracy", f"best acc. within {budget}", "accuracy"),
+                ("budget_round", "at round", "round"))
   table = [[title for _, title, _ in columns]]
   table += [[_cell(row.get(key), kind) for key, _, kind in columns] for row in rows]
   widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
@@ -325,16 +368,37 @@ def plot_accuracy_vs_rounds(experiment_dir: str | os.PathLike,
                "rounds")
 
 
+# Cycled per line with coprime periods (8 markers, 4 line styles; colours
+# cycle by 10), so two overlapping curves differ in more than colour.
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+_LINE_STYLES = ("-", "--", "-.", ":")
+_MARKERS_PER_LINE = 12   # a long curve shows about this many markers
+
+
 def _plot(experiment_dir, output, x: str) -> pathlib.Path:
   """Draws eval accuracy against `x` ('bits', log scale, or 'rounds') into `output`."""
+  figure = draw_accuracy(experiment_dir, x)
+  try:
+    figure.savefig(output, format="png")
+  except OSError as e:
+    raise UserError(f"cannot write plot {output}: {e.strerror or e}") from None
+  return pathlib.Path(output)
+
+
+def draw_accuracy(experiment_dir: str | os.PathLike, x: str = "bits") -> Any:
+  """The matplotlib Figure of eval accuracy against `x` ('bits' or 'rounds'),
+  drawn (tick labels final) but not saved; see `plot_accuracy_vs_bits`.
+
+  Raises:
+    UserError: as `load_runs`.
+  """
   from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=g-import-not-at-top
   from matplotlib import ticker  # pylint: disable=g-import-not-at-top
   from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
 
   groups = seed_groups.group_by_seed(load_runs(experiment_dir))
-  output = pathlib.Path(output)
   figure = Figure(figsize=(7, 4.5), dpi=100)
-  FigureCanvasAgg(figure)
+  canvas = FigureCanvasAgg(figure)
   axes = figure.add_subplot()
   plotted = 0
   for group in groups:
@@ -346,15 +410,17 @@ def _plot(experiment_dir, output, x: str) -> pathlib.Path:
       label = f"{group.label} ({len(group.runs)} seeds, 95% band)"
     else:
       label = run.name if run.status in ("completed", "unknown") else f"{run.name} ({run.status})"
-    line, = axes.plot(xs, mean, marker="." if len(xs) < 30 else None, label=label)
+    line, = axes.plot(xs, mean, label=label, marker=_MARKERS[plotted % len(_MARKERS)],
+                      linestyle=_LINE_STYLES[plotted % len(_LINE_STYLES)], markersize=4,
+                      markevery=max(1, len(xs) // _MARKERS_PER_LINE))
     if len(group.runs) > 1:
       axes.fill_between(xs, mean - half, mean + half, color=line.get_color(), alpha=0.2)
     plotted += 1
   if x == "bits":
     axes.set_xscale("log", base=2)
-    # Ticks on powers of two read as round binary units: 256 Mibit, 1 Gibit, ...
+    # Ticks on powers of two read as round binary units, one unit per axis.
     axes.xaxis.set_major_locator(ticker.LogLocator(base=2, numticks=8))
-    axes.xaxis.set_major_formatter(ticker.FuncFormatter(lambda bits, _: format_bits(bits)))
+    axes.xaxis.set_major_formatter(_bits_formatter())
     axes.xaxis.set_minor_formatter(ticker.NullFormatter())
     axes.set_xlabel("cumulative bits communicated (broadcast + aggregate)")
   else:
@@ -366,8 +432,25 @@ def _plot(experiment_dir, output, x: str) -> pathlib.Path:
   if plotted:
     axes.legend()
   figure.tight_layout()
-  try:
-    figure.savefig(output, format="png")
-  except OSError as e:
-    raise UserError(f"cannot write plot {output}: {e.strerror or e}") from None
-  return output
+  canvas.draw()
+  return figure
+
+
+def _bits_formatter() -> Any:
+  """A matplotlib Formatter labelling all visible ticks of a bits axis at once
+  with `format_bits_ticks` (defined here: matplotlib is imported lazily)."""
+  from matplotlib import ticker  # pylint: disable=g-import-not-at-top
+
+  class BitsFormatter(ticker.Formatter):
+
+    def __call__(self, bits, pos=None):
+      return format_bits(bits) if bits > 0 else ""
+
+    def format_ticks(self, values):
+      low, high = sorted(self.axis.get_view_interval()) if self.axis else (-1, float("inf"))
+      # Ticks outside the view are not drawn: they must not choose the unit.
+      visible = [v for v in values if low <= v <= high]
+      labels = dict(zip(visible, format_bits_ticks(visible)))
+      return [labels.get(v, "") for v in values]
+
+  return BitsFormatter()

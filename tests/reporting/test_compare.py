@@ -12,8 +12,8 @@ import pytest
 from fedsim import cli
 from fedsim.errors import UserError
 from fedsim.reporting import CsvSink, write_config, write_status
-from fedsim.reporting.compare import (PLOT_NAME, compare_runs, format_comparison, load_runs,
-                                      plot_accuracy_vs_bits)
+from fedsim.reporting.compare import (PLOT_NAME, compare_runs, draw_accuracy,
+                                      format_comparison, load_runs, plot_accuracy_vs_bits)
 
 MLP = {"name": "mlp", "hidden": [4], "activation": "relu"}
 FEDAVG = {"name": "fedavg"}
@@ -73,7 +73,8 @@ def experiment(tmp_path):
 
 
 def test_rows_hold_totals_accuracy_and_per_client_ratios(experiment):
-  common = {"reference": "none", "privacy/epsilon": None}
+  common = {"reference": "none", "privacy/epsilon": None,
+            "broadcast_entropy_bits": None, "aggregate_entropy_bits": None}
   assert compare_runs(experiment) == [
       {"variant": "none", "status": "completed", "rounds": 2, "eval/accuracy": 0.75,
        "broadcast_bits": 20_000, "aggregate_bits": 21_280,
@@ -225,3 +226,85 @@ def test_target_columns_say_where_each_run_first_reached_the_accuracy(tmp_path):
   assert line.split()[-4:] == ["2", "39.1", "Kibit", "1"]
   assert missing.split()[-3:] == ["-", "-", "-"]
   assert "target" not in format_comparison(compare_runs(root))
+
+
+def test_budget_columns_hold_the_best_accuracy_evaluated_within_the_budget(tmp_path):
+  root = tmp_path / "budget"
+  # 20,000 bits a round both ways: rounds 1-3 fit in 64 Kibit (65,536), round 4 does not.
+  _write_run(root, "dense", _rows((1000, 1000), [0.5, 0.92, 0.85, 0.95]), started=1)
+  # 4,000 bits a round: all 6 rounds fit; the best (0.9) first at round 5.
+  _write_run(root, "sparse", _rows((200, 200), [0.3, 0.4, None, 0.8, 0.9, 0.9]), started=2)
+  # 100,000 bits a round: its one evaluation is past the budget.
+  _write_run(root, "huge", _rows((5000, 5000), [0.99]), started=3)
+  rows = compare_runs(root, budget=65_536)
+  assert [(r["budget_accuracy"], r["budget_round"]) for r in rows] == [
+      (0.92, 2), (0.9, 5), (None, None)]
+  header, dense, sparse, huge = format_comparison(rows).splitlines()[:4]
+  assert header.endswith("best acc. within 64 Kibit  at round")
+  assert dense.split()[-2:] == ["0.9200", "2"]
+  assert sparse.split()[-2:] == ["0.9000", "5"]
+  assert huge.split()[-2:] == ["-", "-"]
+  assert "budget" not in format_comparison(compare_runs(root))
+
+
+def test_entropy_columns_appear_when_a_run_recorded_entropy_bits(tmp_path):
+  root = tmp_path / "entropy"
+  per_round = _rows((1000, 1000), [0.5, 0.6, 0.7])
+  for i, row in enumerate(per_round):
+    row["broadcast_entropy_bits"], row["aggregate_entropy_bits"] = 700 + i, 300
+  _write_run(root, "per_round", per_round, started=1)
+  cumulative = _rows((1000, 1000), [0.5, 0.6])
+  for i, row in enumerate(cumulative, start=1):
+    row["cumulative_broadcast_entropy_bits"] = 4096 * i
+    row["cumulative_aggregate_entropy_bits"] = 1024 * i
+    row["broadcast_entropy_bits"] = row["aggregate_entropy_bits"] = 1.0  # totals win
+  _write_run(root, "cumulative", cumulative, started=2)
+  _write_run(root, "raw_only", _rows((1000, 1000), [0.5]), started=3)
+  rows = compare_runs(root)
+  assert [(r["broadcast_entropy_bits"], r["aggregate_entropy_bits"]) for r in rows] == [
+      (2103, 900), (8192, 2048), (None, None)]
+  header, first, second, third = format_comparison(rows).splitlines()[:4]
+  assert "aggregate  broadcast entropy  aggregate entropy  broadcast ratio" in header
+  assert "2.05 Kibit" in first and "900 bit" in first
+  assert "8.00 Kibit" in second and "2.00 Kibit" in second
+  assert third.split()[8:10] == ["-", "-"]
+  assert "entropy" not in format_comparison(rows[2:])
+
+
+def _powers_of_two_run(root, name, started, accuracy_offset=0.0):
+  """One run whose evaluations sit at 2**26 .. 2**30 cumulative bits (64 Mibit .. 1 Gibit)."""
+  rows = []
+  for i in range(5):
+    bits = 2**(26 + i)
+    rows.append({"round": i + 1, "train/loss": 1.0, "eval/accuracy": 0.5 + accuracy_offset,
+                 "cumulative_broadcast_bits": bits // 2, "cumulative_aggregate_bits": bits // 2})
+  return _write_run(root, name, rows, started=started)
+
+
+def test_bit_axis_ticks_share_one_unit_and_decimals(tmp_path):
+  root = tmp_path / "ticks"
+  _powers_of_two_run(root, "a", 1)
+  axes = draw_accuracy(root, "bits").axes[0]
+  low, high = axes.get_xlim()
+  labels = [t.get_text() for t in axes.get_xticklabels() if low <= t.get_position()[0] <= high]
+  assert labels == ["64 Mibit", "128 Mibit", "256 Mibit", "512 Mibit", "1024 Mibit"]
+
+
+def test_overlapping_curves_differ_in_marker_and_line_style(tmp_path):
+  root = tmp_path / "overlap"
+  for i in range(5):   # identical curves: only markers and styles tell them apart
+    _powers_of_two_run(root, f"run{i}", i + 1)
+  lines = draw_accuracy(root, "rounds").axes[0].get_lines()
+  styles = [(line.get_marker(), line.get_linestyle()) for line in lines]
+  assert len(styles) == 5 and len(set(styles)) == 5
+  assert len({marker for marker, _ in styles}) == 5
+
+
+def test_cli_budget_and_a_bad_budget(experiment, capsys):
+  assert cli.main(["compare", "--budget", "8Kibit", str(experiment)]) == 0
+  out = capsys.readouterr().out.splitlines()
+  assert out[0].endswith("best acc. within 8 Kibit  at round")
+  assert cli.main(["compare", "--budget", "lots", str(experiment)]) == 2
+  assert capsys.readouterr().err == (
+      "fedsim: error: --budget: expected a positive number of bits such as 5e6 or 64Mibit,"
+      " got 'lots'\n")
