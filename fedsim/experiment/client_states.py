@@ -16,6 +16,9 @@ import numpy as np
 
 from fedsim.experiment.checkpoint import write_npz
 
+_UPDATED = "updated_round"   # the .npz entry holding the round a state was saved in
+_AGE = "error_feedback/residual_age"
+
 
 class ClientStateStore:
   """Loads and saves client states as flat lists of arrays in `directory`."""
@@ -42,20 +45,61 @@ class ClientStateStore:
       states.append(_pack(self._template, iter(leaves)))
     return states
 
-  def save(self, client_ids: Sequence[str], states: Sequence[Any]) -> None:
-    """Writes each client's new state atomically (a kill never leaves half a file)."""
+  def save(self, client_ids: Sequence[str], states: Sequence[Any],
+           round_num: int | None = None) -> dict[str, float]:
+    """Writes each client's new state atomically (a kill never leaves half a file).
+
+    With `round_num`, each file also records it as the round its state was
+    last updated, and the states it replaces are measured: when the state
+    holds an error-feedback `residual`, the result has
+    `error_feedback/residual_age_mean` and `_max`, the rounds since each
+    client's replaced residual was last updated (round_num - the round saved
+    in its file), over the clients that carried one (a client seen for the
+    first time carries none; if none did, the keys are left out).
+
+    Returns:
+      Those metrics, or {}.
+    """
+    ages = [round_num - saved for saved in self.last_updated(client_ids)
+            if saved is not None] if round_num is not None else []
     for cid, state in zip(client_ids, states):
       leaves = [np.asarray(a) for a in _leaves(state)]
       if len(leaves) != len(self._initial):
         raise ValueError(f"client state of {cid} has {len(leaves)} tensors,"
                          f" expected {len(self._initial)}")
+      arrays = {f"arr_{i}": leaf for i, leaf in enumerate(leaves)}
+      if round_num is not None:
+        arrays[_UPDATED] = np.int64(round_num)
       tmp = self._path(cid).with_suffix(".tmp.npz")
-      write_npz(tmp, leaves)  # A full disk: one OSError, no stray ZipFile finalizer.
+      write_npz(tmp, arrays)  # A full disk: one OSError, no stray ZipFile finalizer.
       os.replace(tmp, self._path(cid))
+    if not ages or not _has_residual(self._template):
+      return {}
+    return {f"{_AGE}_mean": float(np.mean(ages)), f"{_AGE}_max": float(max(ages))}
+
+  def last_updated(self, client_ids: Sequence[str]) -> list[int | None]:
+    """The round each client's state was last saved in; None if it never was
+    (or was saved without a round)."""
+    out = []
+    for cid in client_ids:
+      path = self._path(cid)
+      saved = None
+      if path.exists():
+        with np.load(path) as f:
+          if _UPDATED in f.files:
+            saved = int(f[_UPDATED])
+      out.append(saved)
+    return out
 
   def bytes_per_client(self) -> int:
     """Disk bytes of one client's state (array payload, without file overhead)."""
     return int(sum(a.nbytes for a in self._initial))
+
+
+def _has_residual(state: Any) -> bool:
+  """True if the client state keeps an error-feedback residual (see
+  `fedsim.learning.client_work`: the entry `residual`)."""
+  return isinstance(state, dict) and "residual" in state
 
 
 def _pack(template: Any, leaves) -> Any:

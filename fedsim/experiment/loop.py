@@ -323,7 +323,7 @@ def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_n
       else:
         state, measurements, new_states = process.next(
             state, data, states.load(outcome.aggregated))
-        states.save(outcome.aggregated, new_states)
+        metrics.update(states.save(outcome.aggregated, new_states, round_num))  # residual ages
     seconds = time.perf_counter() - begin
     metrics.update(_round_metrics(measurements, sim.algorithm.aggregation_plan))
     if not math.isfinite(metrics["train/loss"]) or metrics.get("finalizer/update_non_finite"):

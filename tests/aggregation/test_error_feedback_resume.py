@@ -3,6 +3,8 @@ disk, are checkpointed, and a resumed run equals the uninterrupted one bit for b
 
 from __future__ import annotations
 
+import csv
+
 import numpy as np
 import pytest
 
@@ -21,6 +23,19 @@ CONFIG = {
 WALL_CLOCK = ("round_seconds",)
 
 
+def _ages_by_hand(run_dir):
+  """(mean, max) age of the residuals each round's aggregated clients carry in
+  (rounds since each last took part), from clients.csv; None where none carries one."""
+  last, out = {}, []
+  with open(run_dir / "clients.csv", newline="", encoding="utf-8") as f:
+    for row in csv.DictReader(f):
+      round_num, ids = int(row["round"]), row["aggregated"].split()
+      ages = [round_num - last[c] for c in ids if c in last]
+      out.append((float(np.mean(ages)), float(max(ages))) if ages else (None, None))
+      last.update({c: round_num for c in ids})
+  return out
+
+
 def _rows(result):
   return [{k: v for k, v in row.items() if k not in WALL_CLOCK} for row in result.metrics]
 
@@ -35,6 +50,10 @@ def test_resumed_error_feedback_run_equals_the_uninterrupted_one(tmp_path, algor
   rows = _rows(whole)
   # Top-20 of a 640-element kernel drops most of each update: residuals are large.
   assert all(row["error_feedback/residual_norm"] > 0 for row in rows)
+  # 3 of 6 clients a round: residuals age; their ages follow clients.csv.
+  assert [(row.get("error_feedback/residual_age_mean"), row.get("error_feedback/residual_age_max"))
+          for row in rows] == _ages_by_hand(whole.run_dir)
+  assert any(row.get("error_feedback/residual_age_max", 0) > 1 for row in rows)
   assert _rows(resumed) == rows
   for got, want in zip(resumed.final_weights, whole.final_weights):
     np.testing.assert_array_equal(got, want)
