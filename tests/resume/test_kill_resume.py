@@ -3,8 +3,9 @@
 Runs `fedsim run` in a subprocess, kills it once metrics.csv has a round past
 a checkpoint, resumes it with a second `fedsim run`, and compares metrics.csv,
 final_model.npz and TensorBoard with an uninterrupted run of the same config.
-Elastic averaging is used because it has the most state: server state plus
-one local model per client on disk.
+Elastic averaging has the most state: server state plus one local model per
+client on disk. FedAvg with error feedback on a top-k upload keeps each
+client's residual on disk instead, which a resumed run must add back exactly.
 """
 
 from __future__ import annotations
@@ -23,23 +24,34 @@ import pytest
 from tests.resume.events import steps_by_tag
 
 ROUNDS = 6
-CONFIG = f"""
+HEADER = f"""
 name: proof
 seed: 5
 rounds: {ROUNDS}
 clients_per_round: 3
 data: {{name: digits, num_clients: 6, partition: dirichlet, alpha: 0.5, batch_size: 16}}
 model: {{name: logistic}}
+eval: {{every: 1}}
+checkpoint: {{every: 2, keep: 2}}
+"""
+# One variant each, so the run directory is <name>/<variant>.
+CONFIGS = {
+    "easgd": """
 algorithm:
   name: easgd
   communication_period: 3
   moving_rate: 0.3
-  client_optimizer: {{name: sgd, learning_rate: 0.1, momentum: 0.5}}
-system: {{speed: lognormal, sigma: 0.5}}
-eval: {{every: 1}}
-checkpoint: {{every: 2, keep: 2}}
-variants: {{easgd: {{}}}}
-"""
+  client_optimizer: {name: sgd, learning_rate: 0.1, momentum: 0.5}
+system: {speed: lognormal, sigma: 0.5}
+variants: {easgd: {}}
+""",
+    # Top-20 of the 640-element kernel: most of each update stays in the residual.
+    "topk_ef": """
+algorithm: {name: fedavg}
+aggregation: [{name: encode, encoder: topk, k: 20, min_elements: 100, error_feedback: true}]
+variants: {topk_ef: {}}
+""",
+}
 WALL_CLOCK = ("round_seconds",)
 
 
@@ -67,33 +79,36 @@ def _wait_for_round(process: subprocess.Popen, metrics: pathlib.Path, round_num:
 
 
 @pytest.mark.slow
-def test_sigkilled_run_resumes_to_the_uninterrupted_result(tmp_path):
+@pytest.mark.parametrize("variant", sorted(CONFIGS))
+def test_sigkilled_run_resumes_to_the_uninterrupted_result(tmp_path, variant):
   config = tmp_path / "proof.yaml"
-  config.write_text(CONFIG)
+  config.write_text(HEADER + CONFIGS[variant])
+  run_dir, ref_dir = tmp_path / "runs/proof" / variant, tmp_path / "reference/proof" / variant
   reference = _fedsim(str(config), "--logdir", str(tmp_path / "reference"))
   killed = _fedsim(str(config), "--logdir", str(tmp_path / "runs"))
   try:
     # Round 3 is past the checkpoint of round 2, so the kill lands where
     # metrics.csv, TensorBoard and client states are ahead of the checkpoint.
-    _wait_for_round(killed, tmp_path / "runs/proof/easgd/metrics.csv", 3)
+    _wait_for_round(killed, run_dir / "metrics.csv", 3)
     killed.send_signal(signal.SIGKILL)
   finally:
     killed.kill()
     killed.communicate()
-  assert (tmp_path / "runs/proof/easgd/status").read_text().startswith("running")
+  assert (run_dir / "status").read_text().startswith("running")
 
   resumed = _fedsim(str(config), "--logdir", str(tmp_path / "runs"), "--resume")
   out, err = resumed.communicate(timeout=600)
   assert resumed.returncode == 0, err
-  assert f"resuming {tmp_path / 'runs/proof/easgd'} after round" in out
+  assert f"resuming {run_dir} after round" in out
   out, err = reference.communicate(timeout=600)
   assert reference.returncode == 0, err
 
-  run_dir, ref_dir = tmp_path / "runs/proof/easgd", tmp_path / "reference/proof/easgd"
   assert (run_dir / "status").read_text().startswith("completed")
   rows = _rows(run_dir)
   assert [r["round"] for r in rows] == [str(r) for r in range(1, ROUNDS + 1)]
   assert rows == _rows(ref_dir)  # every metric, bit for bit (repr of floats)
+  if variant == "topk_ef":  # the residuals were really there to restore
+    assert all(float(r["error_feedback/residual_norm"]) > 0 for r in rows)
   clients = (run_dir / "clients.csv").read_text()
   assert clients == (ref_dir / "clients.csv").read_text()  # rewound: each round once
   assert clients.splitlines()[0] == "round,sampled,aggregated"
