@@ -86,8 +86,10 @@ def summary(name: str, data: FederatedData, *, seed: int) -> str:
   ]
   for what in ("examples_per_client", "labels_per_client"):
     q = stats[what]
+    sampled = stats["labels_sampled_clients"] if what == "labels_per_client" else None
     lines.append(f"{what.replace('_', ' ')}: " + ", ".join(
-        f"{k} {v:g}" for k, v in q.items()))
+        f"{k} {v:g}" for k, v in q.items())
+        + (f" (a seeded sample of {sampled} clients)" if sampled else ""))
   return "\n".join(lines)
 
 

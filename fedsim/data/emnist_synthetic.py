@@ -9,7 +9,7 @@ three epochs of SGD on a linear softmax model 0.87-0.89 (seeds 0 and 1;
 chance is 0.1): learnable, not trivial.
 
 Client i's examples depend only on (seed, i), so adding clients leaves the
-others unchanged. Optional label skew: with `alpha` set, each client's label
+others unchanged, and each client is generated when it is read. Optional label skew: with `alpha` set, each client's label
 distribution is drawn from Dirichlet(alpha) over the 10 classes.
 """
 
@@ -22,7 +22,8 @@ import numpy as np
 
 from fedsim.config.typed import bounded
 from fedsim.data import DATASETS
-from fedsim.data.federated import GENERATE_STREAM, ClientBatching, Examples, FederatedData, federate
+from fedsim.data.federated import (GENERATE_STREAM, ClientBatching, Examples, FederatedData,
+                                   generated_clients)
 
 SIDE = 28
 NUM_CLASSES = 10
@@ -86,22 +87,36 @@ def generate(labels: np.ndarray, rng: np.random.Generator) -> Examples:
   return Examples(x.reshape(n, SIDE, SIDE, 1), labels.astype(np.int32))
 
 
-def _client_examples(params: EmnistSyntheticParams, seed: int, client: int) -> Examples:
-  rng = np.random.default_rng([seed, GENERATE_STREAM, _CLIENT_SUBSTREAM, client])
+def _client_labels(params: EmnistSyntheticParams, rng: np.random.Generator) -> np.ndarray:
+  """A client's labels: its first draws from its own stream (the pixels come after)."""
   if params.alpha is None:
-    labels = rng.integers(0, NUM_CLASSES, params.examples_per_client)
-  else:
-    mix = rng.dirichlet(np.full(NUM_CLASSES, params.alpha))
-    labels = rng.choice(NUM_CLASSES, params.examples_per_client, p=mix)
-  return generate(labels, rng)
+    return rng.integers(0, NUM_CLASSES, params.examples_per_client)
+  mix = rng.dirichlet(np.full(NUM_CLASSES, params.alpha))
+  return rng.choice(NUM_CLASSES, params.examples_per_client, p=mix)
+
+
+def _client_rng(seed: int, client: int) -> np.random.Generator:
+  return np.random.default_rng([seed, GENERATE_STREAM, _CLIENT_SUBSTREAM, client])
+
+
+def _client_examples(params: EmnistSyntheticParams, seed: int, client: int) -> Examples:
+  rng = _client_rng(seed, client)
+  return generate(_client_labels(params, rng), rng)
 
 
 @DATASETS.register("emnist_synthetic", params=EmnistSyntheticParams)
 def build(params: EmnistSyntheticParams, seed: int, *, key: str = "data") -> FederatedData:
-  """Synthetic EMNIST-shaped digits generated offline, optionally label-skewed."""
+  """Synthetic EMNIST-shaped digits generated offline, optionally label-skewed.
+
+  Clients are generated when read (`generated_clients`): only the test set
+  is built here.
+  """
   del key  # every parameter combination is feasible
   test_rng = np.random.default_rng([seed, GENERATE_STREAM, _TEST_SUBSTREAM])
   test = generate(test_rng.integers(0, NUM_CLASSES, params.test_examples), test_rng)
-  parts = [_client_examples(params, seed, i) for i in range(params.num_clients)]
-  return federate(parts, test, num_classes=NUM_CLASSES,
-                  max_examples_per_client=params.max_examples_per_client, seed=seed)
+  clients = generated_clients(
+      params.num_clients, lambda i: _client_examples(params, seed, i),
+      size=lambda i: params.examples_per_client,
+      labels=lambda i: _client_labels(params, _client_rng(seed, i)).astype(np.int32),
+      max_examples_per_client=params.max_examples_per_client, seed=seed)
+  return FederatedData(clients, test, tuple(test.x.shape[1:]), NUM_CLASSES)

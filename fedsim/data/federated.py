@@ -28,6 +28,9 @@ SAMPLE_STREAM = 5  # clients per round, then round number
 PACK_STREAM = 6  # local shuffling; callers of `pack` add round and client index
 HOLDOUT_STREAM = 7  # per-client evaluation hold-out, then client index
 
+DESCRIBE_STREAM = 20  # which clients `describe` reads labels of, when it samples
+DESCRIBE_CLIENTS = 1000  # lazy clients `describe` reads at most (without cheap labels)
+
 _QUANTILES = {"min": 0.0, "p10": 0.1, "median": 0.5, "p90": 0.9, "max": 1.0}
 
 
@@ -60,9 +63,15 @@ class Examples:
     Returns `self` when there is no cap or the cap is not binding; otherwise a
     random subset that keeps the original order.
     """
-    if max_examples is None or len(self) <= max_examples:
-      return self
-    return self.take(np.sort(rng.choice(len(self), max_examples, replace=False)))
+    kept = cap_indices(len(self), max_examples, rng)
+    return self if kept is None else self.take(kept)
+
+
+def cap_indices(n: int, max_examples: int | None, rng: np.random.Generator) -> np.ndarray | None:
+  """Which of n examples `Examples.capped` keeps (sorted), or None when it keeps all."""
+  if max_examples is None or n <= max_examples:
+    return None
+  return np.sort(rng.choice(n, max_examples, replace=False))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -105,14 +114,31 @@ class FederatedData:
   def describe(self) -> dict:
     """Summary statistics for logs and the CLI.
 
+    Sizes come from `num_examples` and labels from a lazy population's
+    `labels` where it has them, so describing 100,000 generated clients
+    builds no features. A lazy population without cheap labels (and over
+    DESCRIBE_CLIENTS clients) counts labels on a seeded sample of
+    DESCRIBE_CLIENTS clients instead of loading every client.
+
     Returns:
       A plain dict: `num_clients`, `total_examples` (over clients),
-      `test_examples`, `input_shape`, `num_classes`, and quantiles
+      `test_examples`, `input_shape`, `num_classes`, quantiles
       (min/p10/median/p90/max) of `examples_per_client` and of
-      `labels_per_client` (distinct labels a client holds).
+      `labels_per_client` (distinct labels a client holds), and
+      `labels_sampled_clients`: how many clients the label quantiles
+      come from when sampled, else None.
     """
-    sizes = np.array([len(c) for c in self.clients.values()])
-    labels = np.array([len(np.unique(c.y)) for c in self.clients.values()])
+    ids = self.client_ids
+    sizes = np.array([self.client_size(c) for c in ids])
+    labels_of = getattr(self.clients, "labels", None)
+    sampled = None
+    if labels_of is None:
+      labels_of = lambda cid: self.clients[cid].y  # noqa: E731
+      if not isinstance(self.clients, dict) and len(ids) > DESCRIBE_CLIENTS:
+        rng = np.random.default_rng([0, DESCRIBE_STREAM])
+        ids = [ids[i] for i in np.sort(rng.choice(len(ids), DESCRIBE_CLIENTS, replace=False))]
+        sampled = DESCRIBE_CLIENTS
+    labels = np.array([len(np.unique(labels_of(c))) for c in ids])
     return {
         "num_clients": len(self.clients),
         "total_examples": int(sizes.sum()),
@@ -121,6 +147,7 @@ class FederatedData:
         "num_classes": self.num_classes,
         "examples_per_client": _quantiles(sizes),
         "labels_per_client": _quantiles(labels),
+        "labels_sampled_clients": sampled,
     }
 
 
@@ -195,34 +222,68 @@ def federate(parts: Sequence[Examples], test: Examples, *, num_classes: int,
 class LazyClients(Mapping[str, Examples]):
   """Client id -> `Examples`, loaded on first access and kept in a small LRU cache.
 
-  For populations too large to hold at once (EMNIST's 3,400 writers): peak
-  memory follows `cache_size`, not the number of clients. Client i (in id
-  order) is capped exactly as `federate` caps it, so a lazily loaded dataset
-  gives the same examples as an eager one.
+  For populations too large to hold at once (EMNIST's 3,400 writers, a
+  generated population of 100,000): peak memory follows `cache_size`, not
+  the number of clients. Client i (in id order) is capped exactly as
+  `federate` caps it, so a lazily loaded dataset gives the same examples as
+  an eager one.
   """
 
   def __init__(self, ids: Sequence[str], load: Callable[[str], Examples], *,
-               max_examples_per_client: int | None, seed: int, cache_size: int = 64):
-    """`load(client_id)` returns that client's examples, uncapped."""
+               max_examples_per_client: int | None, seed: int, cache_size: int = 64,
+               size: Callable[[str], int] | None = None,
+               labels: Callable[[str], np.ndarray] | None = None):
+    """`load(client_id)` returns that client's examples, uncapped.
+
+    `size(client_id)` and `labels(client_id)`, when given, return the number
+    and the labels of those uncapped examples without loading the features
+    (for `num_examples` and `labels` here, which apply the cap).
+    """
     self._index = {cid: i for i, cid in enumerate(ids)}
     self._load, self._cap, self._seed = load, max_examples_per_client, seed
+    self._size, self._labels = size, labels
     self._cache: collections.OrderedDict[str, Examples] = collections.OrderedDict()
     self._cache_size = cache_size
     self._lock = threading.Lock()
+
+  def _cap_rng(self, client_id: str) -> np.random.Generator:
+    # KeyError for an unknown id, as a dict would raise.
+    return np.random.default_rng([self._seed, CAP_STREAM, self._index[client_id]])
 
   def __getitem__(self, client_id: str) -> Examples:
     with self._lock:
       if client_id in self._cache:
         self._cache.move_to_end(client_id)
         return self._cache[client_id]
-    index = self._index[client_id]  # KeyError for an unknown id, as a dict would
-    examples = self._load(client_id).capped(
-        self._cap, np.random.default_rng([self._seed, CAP_STREAM, index]))
+    rng = self._cap_rng(client_id)
+    examples = self._load(client_id).capped(self._cap, rng)
     with self._lock:
       self._cache[client_id] = examples
       while len(self._cache) > self._cache_size:
         self._cache.popitem(last=False)
     return examples
+
+  def num_examples(self, client_id: str) -> int:
+    """`len(self[client_id])`, without loading it when sizes are known."""
+    if self._size is None:
+      return len(self[client_id])
+    self._cap_rng(client_id)  # an unknown id raises KeyError
+    n = self._size(client_id)
+    return n if self._cap is None else min(n, self._cap)
+
+  @property
+  def labels(self) -> Callable[[str], np.ndarray] | None:
+    """`client_id -> self[client_id].y` without loading features, or None when unknown."""
+    if self._labels is None:
+      return None
+
+    def labels(client_id: str) -> np.ndarray:
+      rng = self._cap_rng(client_id)
+      y = self._labels(client_id)
+      kept = cap_indices(len(y), self._cap, rng)
+      return y if kept is None else y[kept]
+
+    return labels
 
   def __iter__(self) -> Iterator[str]:
     return iter(self._index)
@@ -232,6 +293,31 @@ class LazyClients(Mapping[str, Examples]):
 
   def __contains__(self, client_id) -> bool:
     return client_id in self._index
+
+
+def generated_clients(num_clients: int, generate: Callable[[int], Examples], *,
+                      size: Callable[[int], int],
+                      labels: Callable[[int], np.ndarray] | None = None,
+                      max_examples_per_client: int | None, seed: int) -> LazyClients:
+  """Clients "client_0000", ... of a generator whose client i depends only on (seed, i).
+
+  Built on access (see `LazyClients`), so a population of 100,000 costs the
+  driver no more memory than one of 1,000, and capped as `federate` caps.
+
+  Args:
+    num_clients: population size.
+    generate: i -> client i's examples, uncapped.
+    size: i -> len(generate(i)), cheaply.
+    labels: i -> generate(i).y without the features, or None.
+    max_examples_per_client: cap, or None.
+    seed: the run seed (for the cap's stream).
+  """
+  ids = client_ids(num_clients)
+  index = {cid: i for i, cid in enumerate(ids)}
+  return LazyClients(
+      ids, lambda cid: generate(index[cid]), max_examples_per_client=max_examples_per_client,
+      seed=seed, size=lambda cid: size(index[cid]),
+      labels=None if labels is None else (lambda cid: labels(index[cid])))
 
 
 class _HeldOut(Mapping[str, Examples]):

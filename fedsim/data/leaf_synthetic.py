@@ -13,7 +13,8 @@ u_k (sum(x) + 1), so alpha leaves the labels unchanged; only beta (and the
 per-client N(0, 1) draws themselves) make clients differ. `iid: true` gives every client the same W, b ~ N(0, 1) and
 v = 0. Client sizes are heavy-tailed as in the reference: 50 + floor(e^Z)
 with Z ~ N(4, 2^2). Each client keeps a `test_fraction` share of its examples
-for the centralized held-out set. Client k depends only on (seed, k).
+for the centralized held-out set. Client k depends only on (seed, k), and
+training clients are generated when read.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import numpy as np
 
 from fedsim.config.typed import bounded
 from fedsim.data import DATASETS
-from fedsim.data.federated import GENERATE_STREAM, ClientBatching, Examples, FederatedData, federate
+from fedsim.data.federated import (GENERATE_STREAM, ClientBatching, Examples, FederatedData,
+                                   generated_clients)
 
 MIN_CLIENT_EXAMPLES = 50
 _SIZE_LOG_MEAN, _SIZE_LOG_STDDEV = 4.0, 2.0
@@ -70,19 +72,41 @@ def generate_client(params: SyntheticParams, seed: int, client: int) -> Examples
   return Examples(x.astype(np.float32), y.astype(np.int32))
 
 
+def _held(params: SyntheticParams, n: int) -> int:
+  """How many of a client's n generated examples go to the held-out set (the last ones)."""
+  return int(round(params.test_fraction * n))
+
+
+def _train_part(params: SyntheticParams, seed: int, client: int) -> Examples:
+  examples = generate_client(params, seed, client)
+  # Generated i.i.d. within a client, so the last `held` are a random share.
+  return examples.take(np.arange(len(examples) - _held(params, len(examples))))
+
+
 @DATASETS.register("synthetic", params=SyntheticParams)
 def build(params: SyntheticParams, seed: int, *, key: str = "data") -> FederatedData:
-  """LEAF / FedProx Synthetic(alpha, beta): per-client softmax models, power-law sizes."""
+  """LEAF / FedProx Synthetic(alpha, beta): per-client softmax models, power-law sizes.
+
+  Training clients are generated again when read (`generated_clients`);
+  the held-out shares are generated here, pooled into `test`, and each
+  client's own test split is a view of it.
+  """
   del key  # every parameter combination is feasible
-  train, test = [], []
+  held_out = []
   for k in range(params.num_clients):
     examples = generate_client(params, seed, k)
-    held = int(round(params.test_fraction * len(examples)))
-    # Generated i.i.d. within a client, so the last `held` are a random share.
-    train.append(examples.take(np.arange(len(examples) - held)))
-    test.append(examples.take(np.arange(len(examples) - held, len(examples))))
-  test_set = Examples(np.concatenate([t.x for t in test]), np.concatenate([t.y for t in test]))
-  data = federate(train, test_set, num_classes=params.num_classes,
-                  max_examples_per_client=params.max_examples_per_client, seed=seed)
+    held_out.append(examples.take(np.arange(len(examples) - _held(params, len(examples)),
+                                            len(examples))))
+  test_set = Examples(np.concatenate([t.x for t in held_out]),
+                      np.concatenate([t.y for t in held_out]))
+  ends = np.cumsum([len(t) for t in held_out])
+  del held_out
+  clients = generated_clients(
+      params.num_clients, lambda k: _train_part(params, seed, k),
+      size=lambda k: client_size(seed, k) - _held(params, client_size(seed, k)),
+      max_examples_per_client=params.max_examples_per_client, seed=seed)
   # Each client's held-out share is its own test split (per-client evaluation).
-  return dataclasses.replace(data, client_test=dict(zip(data.client_ids, test)))
+  client_test = {cid: Examples(test_set.x[end - count:end], test_set.y[end - count:end])
+                 for cid, end, count in zip(clients, ends, np.diff(ends, prepend=0))}
+  return FederatedData(clients, test_set, tuple(test_set.x.shape[1:]), params.num_classes,
+                       client_test=client_test)
