@@ -20,6 +20,7 @@ from fedsim.models.functional import TaskModel
 
 PREFIX = "eval_clients/"
 _PERCENTILES = (10, 50, 90)
+CHUNK_BYTES = 64 * 2**20  # test features evaluated in one call, at most (about)
 
 
 def client_accuracy_metrics(correct: np.ndarray, targets: np.ndarray) -> dict[str, float]:
@@ -83,22 +84,44 @@ def make_client_evaluator(model: TaskModel, client_test: Mapping[str, Examples],
       return inprocess.tensorflow_function(stats, runtime.device)
     return stats
 
-  def evaluate(model_weights, round_num: int) -> dict[str, float]:
-    tests = [t for t in (client_test.get(cid) for cid in choose(round_num))
-             if t is not None and len(t)]
-    if not tests:
-      return {}
+  def evaluate_chunk(model_weights, tests: Sequence[Examples]) -> np.ndarray:
+    """float64 [len(tests), 2]: each client's (correct, targets)."""
     # Clients hold few test examples each: batches no larger than the largest
     # client's (rounded up to a power of two, to compile few sizes) pad less.
     size = min(batch_size, 1 << (max(map(len, tests)) - 1).bit_length())
     batches, owner = _packed(tests, size)
     stats = np.asarray(per_batch(size)(model_weights, batches), np.float64).reshape(-1, 2)
-    clients = len(tests)
-    correct = np.bincount(owner, stats[:, 0], minlength=clients)
-    targets = np.bincount(owner, stats[:, 1], minlength=clients)
+    return np.stack([np.bincount(owner, stats[:, k], minlength=len(tests)) for k in (0, 1)],
+                    axis=1)
+
+  def evaluate(model_weights, round_num: int) -> dict[str, float]:
+    # In chunks of clients, so that evaluating `all` of a large population
+    # never holds every client's test examples at once; the counts are exact
+    # integers, so chunking changes no metric.
+    counts = [evaluate_chunk(model_weights, chunk)
+              for chunk in _chunks(client_test, choose(round_num))]
+    if not counts:
+      return {}
+    correct, targets = np.concatenate(counts).T
     return client_accuracy_metrics(correct, targets)
 
   return evaluate
+
+
+def _chunks(client_test: Mapping[str, Examples], ids: Sequence[str]):
+  """The test splits of `ids` (those with examples), in lists of about CHUNK_BYTES."""
+  chunk, size, chunk_bytes = [], 0, CHUNK_BYTES
+  for cid in ids:
+    test = client_test.get(cid)
+    if test is None or not len(test):
+      continue
+    if chunk and size + test.x.nbytes > chunk_bytes:
+      yield chunk
+      chunk, size = [], 0
+    chunk.append(test)
+    size += test.x.nbytes
+  if chunk:
+    yield chunk
 
 
 def _packed(tests: Sequence[Examples], batch_size: int):

@@ -39,13 +39,23 @@ def _numpy_metrics(w, b, clients, ids):
           "eval_clients/num_clients": len(acc)}
 
 
+_INPROCESS = RuntimeConfig(name="inprocess", device="cpu")
+
+
 # Batch size 2 splits clients over several batches; 256 is cut to the largest client's 8.
-@pytest.mark.parametrize("batch_size", [2, 256])
-@pytest.mark.parametrize("runtime", [None, RuntimeConfig(name="inprocess", device="cpu")],
-                         ids=["local", "inprocess"])
-def test_client_metrics_match_numpy_per_client_accuracy(tff_runtime, runtime, batch_size):
+# A chunk of 1 byte evaluates one client per call (as `all` of a large population would
+# be cut into chunks), each with its own batch size.
+@pytest.mark.parametrize("runtime,batch_size,chunk_bytes", [
+    (None, 2, None), (None, 256, None), (_INPROCESS, 2, None), (_INPROCESS, 256, None),
+    (_INPROCESS, 256, 1)], ids=["local-2", "local-256", "inprocess-2", "inprocess-256",
+                                "inprocess-256-per-client"])
+def test_client_metrics_match_numpy_per_client_accuracy(tff_runtime, runtime, batch_size,
+                                                        chunk_bytes, monkeypatch):
   import tensorflow_federated as tff
+  from fedsim.experiment import client_eval
   from fedsim.experiment.client_eval import make_client_evaluator
+  if chunk_bytes is not None:
+    monkeypatch.setattr(client_eval, "CHUNK_BYTES", chunk_bytes)
   from fedsim.models.functional import build_task_model
   model = build_task_model(Component("logistic", MODELS.get("logistic").params()), (DIM,),
                            CLASSES, seed=0)
