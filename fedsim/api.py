@@ -7,6 +7,7 @@ that cannot resume is refused before the first variant spends any time.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import os
@@ -143,9 +144,12 @@ def run(config: ConfigSource, overrides: Sequence[str] = (), logdir: str | os.Pa
       on_run_dir(run_dir)
     write_config(run_dir, resolved)
     # A forced exit (see fedsim.runtime.signals) skips the loop's own status.
+    # A runtime with a close() (ray's actors and private instance) ends with the run.
     with session(str(run_dir / "worker.log"),
                  cfg.runtime.max_concurrent_computation_calls) as runtime, \
-        signals.forced_exit_hook(lambda d=run_dir: mark_interrupted(d)):
+        signals.forced_exit_hook(lambda d=run_dir: mark_interrupted(d)), \
+        (contextlib.closing(sim.round_process) if hasattr(sim.round_process, "close")
+         else contextlib.nullcontext()):
       results[variant] = run_rounds(sim, run_dir, resolved, progress=progress,
                                     check_runtime=runtime.check_alive,
                                     resume_from=checkpoint, on_round=on_round)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import types
 from typing import Any, Sequence
 
 import numpy as np
@@ -51,21 +53,14 @@ def build_simulation(config: ExperimentConfig) -> Simulation:
   Raises:
     UserError: bad combinations found only once data is loaded.
   """
-  data = DATASETS.get(config.data.name).build(config.data.params, config.seed)
-  if config.eval.federated and data.client_test is None:
-    data = with_holdout(data, config.eval.holdout_fraction, config.seed)
+  data = _training_data(config)
   sampled = config.clients_per_round + config.backup_clients
   if sampled > len(data.client_ids):
     key = "clients_per_round" if not config.backup_clients else "backup_clients"
     raise UserError(f"{key}: {sampled} clients per round (clients_per_round +"
                     f" backup_clients) is more than the {len(data.client_ids)} clients of"
                     f" data '{config.data.name}'")
-  try:
-    model = build_task_model(config.model, data.input_shape, data.num_classes, config.seed,
-                             x_dtype=data.test.x.dtype, label_shape=data.test.y.shape[1:],
-                             pad_label=data.pad_label)
-  except ValueError as e:
-    raise UserError(f"model.name: {e}") from None
+  model = _task_model(config, data)
   algorithm = _build_algorithm(config, model, num_clients=len(data.client_ids))
   wire = _wire_bits(algorithm)
   # The uncompressed reference (the same chains without their encoders) is
@@ -73,7 +68,7 @@ def build_simulation(config: ExperimentConfig) -> Simulation:
   uncompressed = (_wire_bits(_build_algorithm(config, model, compressed=False,
                                               num_clients=len(data.client_ids)))
                   if _compresses(config) else wire)
-  round_process, notice = _round_process(algorithm, config.runtime)
+  round_process, notice = _round_process(algorithm, config.runtime, config)
   return Simulation(
       config=config, data=data, model=model, algorithm=algorithm,
       sampler=ClientSampler(data.client_ids, config.seed),
@@ -99,20 +94,74 @@ def _client_evaluator(config, model, data, runtime):
   return make_client_evaluator(model, data.client_test, config.eval.batch_size, choose, runtime)
 
 
-def _round_process(algorithm: FederatedAlgorithm, runtime) -> tuple[Any, str | None]:
-  """The object whose `initialize`/`next` the loop calls, and a fallback notice."""
-  if runtime.name != "inprocess":
+def _training_data(config: ExperimentConfig) -> FederatedData:
+  """The configured dataset, less the examples `eval.federated` holds out."""
+  data = DATASETS.get(config.data.name).build(config.data.params, config.seed)
+  if config.eval.federated and data.client_test is None:
+    data = with_holdout(data, config.eval.holdout_fraction, config.seed)
+  return data
+
+
+def _task_model(config: ExperimentConfig, data: FederatedData) -> TaskModel:
+  try:
+    return build_task_model(config.model, data.input_shape, data.num_classes, config.seed,
+                            x_dtype=data.test.x.dtype, label_shape=data.test.y.shape[1:],
+                            pad_label=data.pad_label)
+  except ValueError as e:
+    raise UserError(f"model.name: {e}") from None
+
+
+def _round_process(algorithm: FederatedAlgorithm, runtime,
+                   config: ExperimentConfig | None = None) -> tuple[Any, str | None]:
+  """The object whose `initialize`/`next` the loop calls, and a fallback notice.
+
+  `inprocess` and `ray` run the compiled round; what it cannot run (stateful
+  clients, no MapReduceForm) falls back to `local` with the notice.
+
+  Raises:
+    UserError, RunFailed: `ray` could not reach its cluster or start its
+      workers (see `fedsim.runtime.cluster.ClusterProcess`).
+  """
+  if runtime.name == "local":
     return algorithm.process, None
   from fedsim.runtime import inprocess
   if algorithm.stateful_clients:
     reason = "its clients keep state between rounds"
   else:
     try:
-      return inprocess.InProcessProcess(algorithm.process, runtime.device), None
+      compiled = inprocess.InProcessProcess(algorithm.process, runtime.device)
     except inprocess.NotCompilable as e:
       reason = str(e)
-  return algorithm.process, (f"runtime.name: inprocess cannot run this algorithm ({reason});"
-                             " using local")
+    else:
+      if runtime.name == "inprocess":
+        return compiled, None
+      from fedsim.experiment.config.loader import plain
+      from fedsim.runtime import cluster
+      build = functools.partial(cluster_worker, plain(config), runtime.device)
+      return cluster.ClusterProcess(compiled, build, cluster.ClusterSpec.of(runtime)), None
+  return algorithm.process, (f"runtime.name: {runtime.name} cannot run this algorithm"
+                             f" ({reason}); using local")
+
+
+def cluster_worker(plain_config: dict[str, Any], device: str):
+  """What one `ray` worker builds once from the resolved config (in the actor).
+
+  Returns:
+    (the compiled round, an `InProcessProcess`; `pack(round_num, ids)`, the
+    clients' lazily packed `RoundClients`, packed alike on every host).
+  """
+  from fedsim.experiment.config.loader import parse_config
+  from fedsim.plugins import load_plugins
+  from fedsim.runtime import inprocess
+  load_plugins(plain_config.get("plugins"), ".")
+  config = parse_config(plain_config)
+  data = _training_data(config)
+  algorithm = _build_algorithm(config, _task_model(config, data),
+                               num_clients=len(data.client_ids))
+  # Packing reads only the config, the data and the algorithm's client plan.
+  pieces = types.SimpleNamespace(config=config, data=data, algorithm=algorithm)
+  return (inprocess.InProcessProcess(algorithm.process, device),
+          lambda round_num, ids: RoundClients(pieces, round_num, ids))
 
 
 def _wire_bits(algorithm: FederatedAlgorithm) -> ClientWireBits:

@@ -32,9 +32,24 @@ class EvalConfig:
 class RuntimeConfig:
   # local: fedsim's own TFF C++ worker process. inprocess: the compiled round
   # (MapReduceForm) run in this Python process's TensorFlow, GPU-capable.
-  name: Literal["local", "inprocess"] = "local"
-  device: Literal["auto", "cpu", "gpu"] = "auto"  # inprocess only; auto = GPU if visible
+  # ray: inprocess's round with its clients split over Ray actors (cluster.py).
+  name: Literal["local", "inprocess", "ray"] = "local"
+  device: Literal["auto", "cpu", "gpu"] = "auto"  # inprocess/ray; auto = GPU if visible
+  # ray only. address: local (a private Ray instance fedsim starts and stops),
+  # auto (the cluster `ray start` made on this machine) or HOST:PORT.
+  address: str = bounded("local", used_with=("name", "ray"))
+  # Actors; each runs one contiguous chunk of every round's clients.
+  workers: int = bounded(2, min=1, used_with=("name", "ray"))
+  cpus_per_worker: float = bounded(1.0, gt=0, used_with=("name", "ray"))   # Ray's num_cpus
+  gpus_per_worker: float = bounded(0.0, min=0, used_with=("name", "ray"))  # Ray's num_gpus
+  # Seconds a round (or start-up) may wait for the actors before the run fails.
+  timeout_s: float = bounded(1800.0, gt=0, used_with=("name", "ray"))
   max_concurrent_computation_calls: int = -1  # TFF worker parallelism; -1 = unlimited
+
+  def check(self, key: str) -> None:
+    if self.name == "ray":
+      from fedsim.runtime.cluster import check_address  # TF-free
+      check_address(self.address)
 
 
 @dataclasses.dataclass(frozen=True)

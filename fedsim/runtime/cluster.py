@@ -1,0 +1,328 @@
+"""The `ray` runtime: a round's clients split over Ray actors, merged on the driver.
+
+The round runs in the phases of its MapReduceForm (see `fedsim.runtime.inprocess`):
+
+    client_input, zero = prepare(state), zero()                      driver
+    acc_w = accumulate over chunk w of the clients: work(data_c, client_input)
+                                                                      actor w
+    acc = merge(...merge(merge(acc_0, acc_1), acc_2)...)             driver, chunk order
+    state', measurements = update(state, report(acc))                driver
+
+Each actor builds its data, model and compiled round once, from the experiment
+config (a worker builder the experiment layer hands in), not from pickled
+TensorFlow objects. When the round's client data knows its client ids and
+round (`ids`, `round_num`), actors are sent only the ids and pack their own
+clients, seeded as the run loop packs them; a plain list of packed clients is
+shipped as it is. Chunks are contiguous runs of the round's clients, one per
+actor, so the result is `inprocess`'s to float rounding (bit for bit with one
+worker).
+
+Ray is imported only here; its private address lookup is used in one place
+(`_auto_address`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import os
+import re
+import socket
+import threading
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from fedsim.errors import RunFailed, UserError
+
+# Ray restarts a dead actor (which rebuilds itself from the config) and re-runs
+# its chunk this many times before the round fails.
+RESTARTS = 2
+# A private instance (`address: local`) needs little shared memory: actors are
+# sent client ids and the server's round input, and return accumulators.
+_LOCAL_OBJECT_STORE_BYTES = 256 * 2**20
+_CONNECT_TIMEOUT_S = 5.0
+_ADDRESS = re.compile(r"^(?P<host>[^\s:]+|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})$")
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterSpec:
+  """Where and how wide: the `runtime` keys of `name: ray`."""
+
+  address: str = "local"      # local | auto | HOST:PORT
+  workers: int = 2            # actors, one chunk of each round's clients each
+  cpus_per_worker: float = 1.0
+  gpus_per_worker: float = 0.0
+  device: str = "auto"        # TensorFlow device inside each actor
+  timeout_s: float = 1800.0   # bound on start-up and on each round's results
+
+  @classmethod
+  def of(cls, runtime) -> "ClusterSpec":
+    """The spec of a validated `RuntimeConfig`."""
+    return cls(address=runtime.address, workers=runtime.workers,
+               cpus_per_worker=runtime.cpus_per_worker,
+               gpus_per_worker=runtime.gpus_per_worker, device=runtime.device,
+               timeout_s=runtime.timeout_s)
+
+
+def chunk_bounds(count: int, workers: int) -> list[tuple[int, int]]:
+  """`[start, end)` of each worker's contiguous chunk of `count` clients.
+
+  Sizes differ by at most one, larger first; workers beyond `count` get
+  empty chunks (and are not called).
+  """
+  return [(w * count // workers, (w + 1) * count // workers) for w in range(workers)]
+
+
+class ClientWorker:
+  """One Ray actor's work: its chunk of a round's clients, from a zero accumulator.
+
+  Plain Python here; `ClusterProcess` makes it a Ray actor class.
+  """
+
+  def __init__(self, build: Callable[[], tuple[Any, Callable[[int, Sequence[str]], list]]],
+               threads: int, workdir: str | None = None):
+    """Builds the compiled round and the packer (`build()`), once per actor life."""
+    if workdir and os.path.isdir(workdir):
+      os.chdir(workdir)  # relative data and plugin paths mean what they meant to the driver
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+    self._process, self._pack = build()
+
+  def pid(self) -> int:
+    """This actor's process id (it changes when Ray restarts the actor)."""
+    return os.getpid()
+
+  def run_ids(self, round_num: int, ids: Sequence[str], client_input, zero) -> list[np.ndarray]:
+    """The accumulator of clients `ids` of round `round_num`, packed here."""
+    return self.run_data(client_input, zero, self._pack(round_num, ids))
+
+  def run_data(self, client_input, zero, client_data: Sequence[Any]) -> list[np.ndarray]:
+    """The accumulator of `client_data` (packed clients, in order) from `zero`."""
+    acc = self._process.run_clients(client_input, zero, client_data)
+    return [np.asarray(a) for a in acc]
+
+
+class ClusterProcess:
+  """An `InProcessProcess` whose clients run on Ray actors; same interface.
+
+  `initialize`, `start`, `merge` and `finish` run in this (the driver's)
+  process; each round's clients are split into `spec.workers` contiguous
+  chunks. Call `close()` (or leave it to `atexit`) to kill the actors and
+  disconnect; a private instance (`address: local`) is stopped then.
+  """
+
+  def __init__(self, local, build_worker: Callable[[], Any], spec: ClusterSpec,
+               worker_class: type = ClientWorker):
+    """Connects (or starts a private Ray instance) and builds the actors.
+
+    Args:
+      local: the driver's `InProcessProcess` of the same process.
+      build_worker: picklable; called once in each actor (and again after a
+        restart) to build `(InProcessProcess, pack(round_num, ids) -> client data)`.
+      spec: where and how wide.
+      worker_class: the actor's class (tests put a failing one in).
+
+    Raises:
+      UserError: a malformed or unreachable `runtime.address`, or workers
+        that do not fit the cluster's CPUs or GPUs.
+      RunFailed: an actor could not be built (one line: its error), or the
+        actors were not ready within `runtime.timeout_s`.
+    """
+    import ray  # pylint: disable=g-import-not-at-top
+    self._ray = ray
+    self._local = local
+    self._spec = spec
+    self._actors: list = []
+    self._owned = False   # fedsim started the Ray instance (and stops it)
+    self._connected = False
+    self._lock = threading.Lock()
+    atexit.register(self.close)
+    self._connect()
+    try:
+      self._check_fits()
+      actor_class = ray.remote(worker_class).options(
+          num_cpus=spec.cpus_per_worker, num_gpus=spec.gpus_per_worker,
+          max_restarts=RESTARTS, max_task_retries=RESTARTS, scheduling_strategy="SPREAD")
+      threads = max(1, int(spec.cpus_per_worker))
+      self._actors = [actor_class.remote(build_worker, threads, os.getcwd())
+                      for _ in range(spec.workers)]
+      self._pids = self._get([a.pid.remote() for a in self._actors], "start-up")
+    except BaseException:
+      self.close()
+      raise
+
+  # The process interface the run loop calls.
+
+  def initialize(self) -> Any:
+    """The initial server state (computed on the driver)."""
+    return self._local.initialize()
+
+  def next(self, state: Any, client_data: Sequence[Any]) -> tuple[Any, Any]:
+    """One round: `(new_state, measurements)`, as `InProcessProcess.next`.
+
+    `client_data` with `ids` and `round_num` (the loop's lazy round clients)
+    sends the actors ids; any other sequence of packed clients is shipped.
+
+    Raises:
+      RunFailed: a worker died more than `RESTARTS` times, raised, or gave
+        no result within `runtime.timeout_s`; the cluster connection was lost.
+    """
+    ray = self._ray
+    client_input, zero = self._local.start(state)
+    # Put once, read by every actor (Ray resolves object refs passed as arguments).
+    shared = (ray.put([np.asarray(v) for v in client_input]),
+              ray.put([np.asarray(v) for v in zero]))
+    ids = getattr(client_data, "ids", None)
+    round_num = getattr(client_data, "round_num", None)
+    if ids is not None and round_num is not None:
+      ids = list(ids)
+      count = len(ids)
+      call = lambda actor, s, e: actor.run_ids.remote(round_num, ids[s:e], *shared)
+      during = f"round {round_num}"
+    else:
+      data = list(client_data)
+      count = len(data)
+      call = lambda actor, s, e: actor.run_data.remote(*shared, data[s:e])
+      during = "a round"
+    calls = [(actor, s, e) for actor, (s, e) in zip(self._actors,
+                                                     chunk_bounds(count, self._spec.workers))
+             if e > s]
+    if not calls:
+      return self._local.finish(state, zero)
+    parts = self._get([call(*c) for c in calls], during)
+    acc = parts[0]
+    for part in parts[1:]:  # fixed (chunk) order: the same sum every time
+      acc = self._local.merge(acc, part)
+    return self._local.finish(state, acc)
+
+  def close(self) -> None:
+    """Kills the actors and disconnects; stops a private instance. Idempotent."""
+    with self._lock:
+      ray = self._ray
+      if self._connected and ray.is_initialized():
+        for actor in self._actors:
+          try:
+            ray.kill(actor, no_restart=True)
+          except Exception:  # pylint: disable=broad-except
+            pass  # already dead, or the cluster is gone
+        ray.shutdown()  # a private instance's raylet and GCS stop with it
+      self._actors, self._connected = [], False
+
+  # Internals.
+
+  def _connect(self) -> None:
+    ray = self._ray
+    if ray.is_initialized():  # e.g. a notebook's own ray.init: reuse, never stop it
+      raise UserError("runtime.address: Ray is already initialized in this process;"
+                      " call ray.shutdown() first (fedsim connects by itself)")
+    address = self._spec.address
+    options = dict(include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+                   configure_logging=True)
+    if address == "local":
+      ray.init(address="local", num_cpus=self._spec.workers * self._spec.cpus_per_worker,
+               num_gpus=self._spec.workers * self._spec.gpus_per_worker or None,
+               object_store_memory=_LOCAL_OBJECT_STORE_BYTES, **options)
+      self._owned = True
+    else:
+      target = _auto_address() if address == "auto" else address
+      _check_reachable(target, address)
+      try:
+        ray.init(address=target, **options)
+      except (ConnectionError, RuntimeError) as e:
+        raise UserError(f"runtime.address: cannot connect to the Ray cluster at {target}:"
+                        f" {_first_line(e)}") from None
+    self._connected = True
+
+  def _check_fits(self) -> None:
+    """UserError when the cluster cannot hold the workers (they would wait forever)."""
+    if self._owned:
+      return
+    total = self._ray.cluster_resources()
+    spec = self._spec
+    for key, per, resource in (("cpus_per_worker", spec.cpus_per_worker, "CPU"),
+                               ("gpus_per_worker", spec.gpus_per_worker, "GPU")):
+      have = total.get(resource, 0.0)
+      if per and spec.workers * per > have:
+        raise UserError(f"runtime.workers: {spec.workers} workers x runtime.{key}={per:g}"
+                        f" need {spec.workers * per:g} {resource}s; the cluster at"
+                        f" {spec.address} has {have:g}")
+
+  def _get(self, refs: list, during: str) -> list:
+    """`ray.get(refs)` bounded by `timeout_s`; Ray's failures as one-line RunFailed."""
+    ray = self._ray
+    try:
+      return ray.get(refs, timeout=self._spec.timeout_s)
+    except ray.exceptions.GetTimeoutError:
+      for ref in refs:
+        ray.cancel(ref, force=False)
+      raise RunFailed(f"{during}: the ray workers gave no result within runtime.timeout_s ="
+                      f" {self._spec.timeout_s:g} s") from None
+    except ray.exceptions.RayActorError as e:
+      worker = _failed_worker(refs, ray)
+      raise RunFailed(f"{during}: ray worker {worker} died (restarted {RESTARTS} times):"
+                      f" {_actor_cause(e)}; resume the run from its last checkpoint") from None
+    except ray.exceptions.RayTaskError as e:
+      raise RunFailed(f"{during}: a ray worker failed: {_first_line(e.cause or e)}") from None
+    except ray.exceptions.RayError as e:
+      raise RunFailed(f"{during}: lost the ray cluster ({type(e).__name__}:"
+                      f" {_first_line(e)})") from None
+
+
+def _failed_worker(refs: list, ray) -> str:
+  """'i' of the first call whose actor died (by chunk order), for the message."""
+  for i, ref in enumerate(refs):
+    try:
+      ray.get(ref, timeout=0)
+    except ray.exceptions.RayActorError:
+      return str(i)
+    except Exception:  # pylint: disable=broad-except
+      continue
+  return "?"
+
+
+def _actor_cause(error) -> str:
+  cause = getattr(error, "cause", None) or error
+  return _first_line(cause)
+
+
+def _first_line(error: BaseException | str) -> str:
+  text = str(error).strip()
+  return text.splitlines()[0] if text else type(error).__name__
+
+
+def _auto_address() -> str:
+  """The address `ray start` left on this machine (or RAY_ADDRESS), for `address: auto`."""
+  from ray._private import services  # pylint: disable=g-import-not-at-top
+  try:
+    return services.canonicalize_bootstrap_address("auto")
+  except ConnectionError:
+    raise UserError("runtime.address: auto, but no Ray cluster was started on this machine"
+                    " (run `ray start --head` or `ray start --address HEAD:6379` first)") from None
+
+
+def check_address(address: str) -> tuple[str, int] | None:
+  """`(host, port)` of a 'HOST:PORT' address; None for 'local' and 'auto'.
+
+  Raises:
+    UserError: anything else.
+  """
+  if address in ("local", "auto"):
+    return None
+  match = _ADDRESS.match(address)
+  if match is None or not 0 < int(match["port"]) < 65536:
+    raise UserError(f"runtime.address: '{address}' is not local, auto or HOST:PORT")
+  return match["host"].strip("[]"), int(match["port"])
+
+
+def _check_reachable(target: str, configured: str) -> None:
+  """UserError when nothing listens at `target` (Ray itself would retry for minutes)."""
+  host, port = check_address(target)
+  try:
+    with socket.create_connection((host, port), timeout=_CONNECT_TIMEOUT_S):
+      pass
+  except OSError as e:
+    reason = e.strerror or type(e).__name__
+    shown = configured if configured == target else f"{configured} ({target})"
+    raise UserError(f"runtime.address: no Ray cluster answers at {shown}: {reason}") from None
