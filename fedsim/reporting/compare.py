@@ -19,6 +19,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
+from fedsim.config.typed import Component
 from fedsim.errors import UserError
 from fedsim.reporting import seeds as seed_groups
 from fedsim.reporting.rundir import read_status
@@ -49,9 +50,12 @@ class Run:
     """True if neither direction encodes anything (no or only lossless encoders)."""
     compression = self.config.get("compression") or {}
     encoders = [(spec or {}).get("encoder") for spec in compression.values()]
-    encoders += [stage.get("encoder") for direction in ("aggregation", "broadcast")
-                 for stage in self.config.get(direction) or () if stage.get("name") == "encode"]
-    return all(encoder in _LOSSLESS_ENCODERS for encoder in encoders)
+    stages = [(direction, stage) for direction in ("aggregation", "broadcast")
+              for stage in self.config.get(direction) or ()]
+    encoders += [stage.get("encoder") for _, stage in stages if stage.get("name") == "encode"]
+    return all(encoder in _LOSSLESS_ENCODERS for encoder in encoders) and not any(
+        _compresses(direction, stage.get("name")) for direction, stage in stages
+        if stage.get("name") != "encode")
 
   def total_bits(self, direction: str, entropy: bool = False) -> int | None:
     """Bits sent in `direction` ('broadcast'/'aggregate') over the recorded rounds.
@@ -109,6 +113,17 @@ class Run:
 
   def _eval_rounds(self) -> list[float | None]:
     return [row.get("round") for row in self.metrics if _ACCURACY in row]
+
+
+def _compresses(direction: str, name: Any) -> bool:
+  """True if the registered stage `name` of `direction` sends something
+  other than the update itself (e.g. `majority_vote`'s sign bits)."""
+  from fedsim.aggregation import AGGREGATION_STAGES, BROADCAST_STAGES, is_compressing
+  registry = AGGREGATION_STAGES if direction == "aggregation" else BROADCAST_STAGES
+  try:
+    return is_compressing(registry, Component(name, None))
+  except UserError:   # a plugin's stage, not imported here: assume it does not
+    return False
 
 
 def _read_config(path: pathlib.Path) -> Mapping[str, Any]:

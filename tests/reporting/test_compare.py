@@ -134,6 +134,17 @@ def test_empty_or_identity_compression_is_a_reference(tmp_path, compression):
           for r in compare_runs(root)] == [("plain", 1.0, 1.0), ("plain", 2.0, 2.0)]
 
 
+def test_a_majority_vote_run_is_compressed_not_a_reference(tmp_path):
+  root = tmp_path / "exp"
+  path = _write_run(root, "vote", _rows((1000, 34), [0.5]), started=1)
+  write_config(path, {"name": "exp", "model": MLP, "algorithm": FEDAVG,
+                      "aggregation": [{"name": "majority_vote", "step": 1.0}]})
+  os.utime(path / "config.yaml", ns=(1, 1_000_000_001))
+  _write_run(root, "plain", _rows((1000, 1064), [0.5]), started=2)
+  assert [(r["variant"], r["reference"], r["aggregate_ratio"]) for r in compare_runs(root)] == [
+      ("vote", "plain", 1064 / 34), ("plain", "plain", 1.0)]
+
+
 def test_runs_are_listed_in_the_order_they_started(tmp_path):
   root = tmp_path / "exp"
   for name, started in [("b", 1), ("c", 2), ("a", 3)]:
