@@ -3,7 +3,9 @@
 What `federated_broadcast` carries is the encoded structure (for quantization:
 bit-packed int32 plus min/max per tensor, and the encoder's decode parameters
 such as the Hadamard seed), so a compiled MapReduceForm's `prepare` result
-shows the encoded size.
+shows the encoded size. The server, which encodes, also measures what it
+sends (measurement `wire`, see `fedsim.compression.wire_meter`): the same
+for every client.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import tensorflow_federated as tff
 
 from fedsim.compression import DirectionSpec
 from fedsim.compression import tensor_encoding_api as te_api
+from fedsim.compression import wire_meter
 from fedsim.compression.encoders import encoder_for, tensor_specs
 
 
@@ -35,7 +38,8 @@ def build_encoded_broadcast(
     A process whose state@SERVER holds the encoders' state (a struct of empty
     tuples for stateless encoders) and whose `next(state, value@SERVER)`
     returns `value` decoded @CLIENTS, with the container types of
-    `weights_type`, and empty measurements.
+    `weights_type`, and measurements `{'wire': {KEYS}}` of one client's copy
+    (see `wire_meter`).
 
   Raises:
     TypeError: if `weights_type` holds federated types or a tensor of unknown
@@ -48,10 +52,12 @@ def build_encoded_broadcast(
   flat_specs = tf.nest.flatten(specs)
   if not all(s.shape.is_fully_defined() for s in flat_specs):
     raise TypeError(f"every tensor of weights_type needs a known shape, got {weights_type}")
-  encoders = []
+  encoders, meters = [], []
   for index, tensor_spec in enumerate(flat_specs):
     with te_api.noise_key(seed, index):
-      encoders.append(te_api.simple_encoder(encoder_for(tensor_spec, spec), tensor_spec))
+      encoder = encoder_for(tensor_spec, spec)
+    encoders.append(te_api.simple_encoder(encoder, tensor_spec))
+    meters.append(wire_meter.WireMeter.of(encoder, tensor_spec))
 
   @tff.tensorflow.computation
   def initial_state():
@@ -66,7 +72,10 @@ def build_encoded_broadcast(
   @tff.tensorflow.computation(state_type, weights_type)
   def encode(state, value):
     pairs = [e.encode(x, s) for e, x, s in zip(encoders, tf.nest.flatten(value), state)]
-    return [p[0] for p in pairs], [tuple(p[1]) for p in pairs]
+    wire = wire_meter.zeros()
+    for meter, (encoded, _) in zip(meters, pairs):
+      wire = wire_meter.add(wire, meter.measure(encoded))
+    return [p[0] for p in pairs], [tuple(p[1]) for p in pairs], {"wire": wire}
 
   @tff.tensorflow.computation(encode.type_signature.result[0])
   def decode(encoded):
@@ -76,10 +85,9 @@ def build_encoded_broadcast(
   @tff.federated_computation(init_fn.type_signature.result,
                              tff.FederatedType(weights_type, tff.SERVER))
   def next_fn(state, value):
-    encoded, new_state = tff.federated_map(encode, (state, value))
+    encoded, new_state, measurements = tff.federated_map(encode, (state, value))
     decoded = tff.federated_map(decode, tff.federated_broadcast(encoded))
     return tff.templates.MeasuredProcessOutput(
-        state=new_state, result=decoded,
-        measurements=tff.federated_value((), tff.SERVER))
+        state=new_state, result=decoded, measurements=measurements)
 
   return tff.learning.templates.DistributionProcess(init_fn, next_fn)

@@ -11,6 +11,7 @@ import tensorflow_federated as tff
 
 from fedsim.compression import DirectionSpec
 from fedsim.compression import tensor_encoding_api as te_api
+from fedsim.compression.encoded_sum import EncodedSumFactory
 from fedsim.compression.encoders import encoder_for
 
 
@@ -41,13 +42,15 @@ def build_encoded_sum(spec: DirectionSpec | None,
   (elastic averaging adds the clients' elastic differences, it does not average).
 
   The encoders' random draws are seeded by (`seed`, the tensor's flat index in
-  the value, the values encoded): see `tensor_encoding_api.noise_seed`.
+  the value, the values encoded): see `tensor_encoding_api.noise_seed`. The
+  server measures what each client sent (measurement `wire`, see
+  `fedsim.compression.encoded_sum`).
   """
   if spec is None:
     return tff.aggregators.SumFactory()
 
-  def gather_encoder_for(tensor_spec, index):
+  def encoder_at(tensor_spec, index):
     with te_api.noise_key(seed, index):
-      return te_api.gather_encoder(encoder_for(tensor_spec, spec), tensor_spec)
+      return encoder_for(tensor_spec, spec)
 
-  return te_api.encoded_sum_factory(gather_encoder_for)
+  return EncodedSumFactory(encoder_at)

@@ -1,8 +1,10 @@
-"""fedsim's one doorway to tensor_encoding and TFF's encoding APIs.
+"""fedsim's one doorway to tensor_encoding.
 
 tensor_encoding lives under tfmot's `internal` package and TFF 0.88 deleted
 both `tff.aggregators.EncodedSumFactory` and the tfmot dependency, so every
-use of either is kept in this module: an upgrade rewrites this file only.
+use of tensor_encoding is kept in this module: an upgrade rewrites this file
+only. fedsim's encoded sum (`fedsim.compression.encoded_sum`) is its own,
+built on TFF's public intrinsics, so that deletion does not touch it.
 
 User encoders (see `fedsim.compression.register_encoder`) may use the names
 re-exported here: `stages` (built-in encoding stages), `EncodingStageInterface`
@@ -31,12 +33,10 @@ from __future__ import annotations
 import collections
 import contextlib
 import contextvars
-import itertools
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_federated as tff
 from tensorflow_model_optimization.python.core.internal import tensor_encoding as te
 from tensorflow_model_optimization.python.core.internal.tensor_encoding.utils import tf_utils
 
@@ -365,36 +365,6 @@ def gather_encoder(encoder: Encoder, spec: tf.TensorSpec) -> te.core.GatherEncod
   return te.encoders.as_gather_encoder(encoder, spec)
 
 
-class _IndexedEncodedSumFactory(tff.aggregators.EncodedSumFactory):
-  """TFF's `EncodedSumFactory` that also tells `encoder_fn` each tensor's flat index.
-
-  TFF asks for one encoder per tensor, in `tf.nest` order, once per `create`;
-  counting those calls (anew in each `create`) gives the index.
-  """
-
-  def __init__(self, encoder_fn: Callable[[tf.TensorSpec, int], Any]):
-    self._indexed_fn = encoder_fn
-    super().__init__(encoder_fn)
-
-  def create(self, value_type):
-    counter = itertools.count()
-    self._encoder_fn = lambda spec: self._indexed_fn(spec, next(counter))
-    return super().create(value_type)
-
-
-def encoded_sum_factory(
-    encoder_fn: Callable[[tf.TensorSpec, int], te.core.GatherEncoder],
-) -> tff.aggregators.UnweightedAggregationFactory:
-  """TFF's encoded sum: clients encode, the server decodes and sums.
-
-  `encoder_fn(spec, index)` gets each tensor's spec and flat index in the
-  value. Whatever of the decoding commutes with sum runs after the sum on the
-  server; the rest runs per client inside `federated_aggregate`'s accumulate,
-  so the clients' `work` output is the encoded form.
-  """
-  return _IndexedEncodedSumFactory(encoder_fn)
-
-
 def _packing_bits(stage: Any) -> int | None:
   """The input bits of a bit-packing stage under fedsim's and tensor_encoding's
   wrappers, or None if `stage` does not pack bits."""
@@ -420,6 +390,43 @@ def _without_packing(encoder: Encoder) -> tuple[Encoder, dict[str, int]]:
   return te.core.Encoder(encoder.stage, children), bits
 
 
+BITPACKED_KEY = te.stages.BitpackingEncodingStage.ENCODED_VALUES_KEY
+_PACKED_TO = 28   # bits of each int32 that bit packing fills
+
+
+def packing_layout(encoder: Encoder, spec: tf.TensorSpec) -> list[tuple[str, int, int | None]]:
+  """(path, bits, count) of each bit-packed output of `encoder` on a `spec` tensor.
+
+  `path` is the slash-joined key path of the packed tensor in the encoded
+  structure (its key ends with `path/BITPACKED_KEY`), `bits` the bits per
+  symbol and `count` how many symbols it packs (None when that depends on
+  the values). Traced, not run: no noise is drawn.
+  """
+  unpacked, bits = _without_packing(encoder)
+  if not bits:
+    return []
+
+  def encode(x):
+    encode_params, _ = unpacked.get_params(unpacked.initial_state())
+    encoded, _, _ = unpacked.encode(x, encode_params)
+    return {path: _find(encoded, path) for path in bits}
+
+  shapes = tf.function(encode).get_concrete_function(
+      tf.TensorSpec(spec.shape, spec.dtype)).structured_outputs
+  return [(path, b, shapes[path].shape.num_elements()) for path, b in bits.items()]
+
+
+def unpack_symbols(words: tf.Tensor, bits: int, count: int) -> tf.Tensor:
+  """int32[count]: the `bits`-bit symbols bit packing wrote into the int32 `words`."""
+  return tf.reshape(tf_utils.unpack_from_int(words, bits, _PACKED_TO, [count]), [-1])
+
+
+def _find(tree, path: str):
+  for key in path.split("/"):
+    tree = tree[key]
+  return tree
+
+
 def packed_symbols(encoder: Encoder, x: tf.Tensor) -> list[tuple[tf.Tensor, int]]:
   """(symbols, bits) of every bit-packed output of encoding `x` with `encoder`.
 
@@ -432,10 +439,4 @@ def packed_symbols(encoder: Encoder, x: tf.Tensor) -> list[tuple[tf.Tensor, int]
     return []
   encode_params, _ = unpacked.get_params(unpacked.initial_state())
   encoded, _, _ = unpacked.encode(x, encode_params)
-
-  def find(tree, path):
-    for key in path.split("/"):
-      tree = tree[key]
-    return tree
-
-  return [(find(encoded, path), b) for path, b in bits.items()]
+  return [(_find(encoded, path), b) for path, b in bits.items()]

@@ -149,7 +149,8 @@ class BufferedRounds:
     })
     # Bits: downloads of this update's dispatches, uploads of its arrivals
     # (stale ones were sent, then dropped: `late_upload_bits`).
-    metrics.update(sizes.round_metrics(dispatched, len(buffer), late_uploads=stale))
+    metrics.update(sizes.round_metrics(dispatched, len(buffer), late_uploads=stale,
+                                       measured=metrics))
     return state, metrics, self.now
 
   def _dispatch(self, state, version: int):

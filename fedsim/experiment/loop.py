@@ -148,6 +148,7 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
     csv_sink = CsvSink(run_dir / "metrics.csv",
                        resume_after_round=start if resume_from is not None else None)
     history = read_metrics_csv(csv_sink.path) if start and csv_sink.path.exists() else []
+    sizes.restore_entropy(history)
     clients_sink = CsvSink(run_dir / CLIENTS_CSV,
                            resume_after_round=start if resume_from is not None else None)
     sinks = CompositeSink([csv_sink, TensorBoardSink(run_dir)])
@@ -332,7 +333,8 @@ def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_n
   metrics.update(_outcome_metrics(outcome, simulated_total))
   metrics["round_seconds"] = seconds
   metrics.update(sizes.round_metrics(len(outcome.sampled), len(outcome.aggregated),
-                                     late_uploads=len(outcome.uploaded) - len(outcome.aggregated)))
+                                     late_uploads=len(outcome.uploaded) - len(outcome.aggregated),
+                                     measured=metrics))
   if sim.privacy is not None:
     # Rounds that aggregated released a noised mean; skipped ones released nothing.
     metrics.update(sim.privacy.round_metrics(sum(1 for b in sizes.aggregate_history if b)))

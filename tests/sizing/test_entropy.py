@@ -12,10 +12,12 @@ from fedsim.sizing.entropy import entropy_bits, raw_bits
 
 
 def _reference(symbols, alphabet_size):
-  """SciPy's empirical entropy, times n, plus a table of counts; raw when that is larger."""
+  """SciPy's empirical entropy, times n (rounded up past float noise of a relative
+  1e-9), plus a table of counts; raw when that is larger."""
   n = symbols.size
   counts = np.bincount(symbols, minlength=alphabet_size)
-  coded = math.ceil(n * stats.entropy(counts, base=2)) + alphabet_size * math.ceil(math.log2(n + 1))
+  coded = (math.ceil(n * stats.entropy(counts, base=2) * (1 - 1e-9))
+           + alphabet_size * math.ceil(math.log2(n + 1)))
   return min(coded, n * math.ceil(math.log2(alphabet_size)))
 
 

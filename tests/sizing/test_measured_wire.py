@@ -1,0 +1,135 @@
+"""Bits measured inside the round: the server's accumulate meters each client's
+encoded upload (entropy-coded symbols, value-dependent sizes) without sending
+anything more, and the server meters the broadcast it encodes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fedsim.compression import parse_direction
+from fedsim.sizing.entropy import entropy_bits, raw_bits
+
+N, SEED = 3000, 7
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _runtime(tff_runtime):
+  yield tff_runtime
+
+
+def _direction(encoder, **params):
+  return parse_direction({"encoder": encoder, "min_elements": 100, **params}, "aggregation[0]")
+
+
+def _symbols(direction, value, index=0):
+  """The packed symbols of `value` (NumPy), re-encoded without packing under the same noise."""
+  import tensorflow as tf
+  from fedsim.compression import tensor_encoding_api as te_api
+  from fedsim.compression.encoders import encoder_for
+  spec = tf.TensorSpec(value.shape, tf.float32)
+  with te_api.noise_key(SEED, index):
+    encoder = encoder_for(spec, direction)
+  return [(np.round(s.numpy()).astype(np.int64), b)
+          for s, b in te_api.packed_symbols(encoder, tf.constant(value))]
+
+
+@pytest.mark.parametrize("alphabet,n", [(2, 1000), (16, 5000), (256, 20000), (4, 1), (8, 64)])
+def test_tensorflow_entropy_equals_numpy(alphabet, n):
+  import tensorflow as tf
+  from fedsim.compression.wire_meter import entropy_bits as tf_entropy_bits
+  rng = np.random.default_rng(n)
+  for symbols in (rng.integers(0, alphabet, n),
+                  np.clip(np.round(rng.normal(alphabet / 2, alphabet / 8, n)), 0, alphabet - 1),
+                  np.arange(n) % alphabet):   # equal counts: n * H is an exact integer
+    symbols = symbols.astype(np.int64)
+    got = int(tf_entropy_bits(tf.constant(symbols, tf.int32), alphabet))
+    assert got == entropy_bits(symbols, alphabet)
+    assert got <= raw_bits(n, alphabet)
+
+
+@pytest.mark.parametrize("encoder,params", [("uniform", {"bits": 4}), ("qsgd", {}),
+                                            ("sign", {}), ("topk", {"fraction": 0.1})])
+def test_accumulate_meters_each_client_upload(encoder, params):
+  import tensorflow_federated as tff
+  from fedsim.compression.mean import build_encoded_sum
+  direction = _direction(encoder, **params)
+  value_type = tff.to_type([(np.float32, [N]), (np.float32, [10])])
+  process = build_encoded_sum(direction, SEED).create(value_type)
+  rng = np.random.default_rng(1)
+  clients = [[rng.normal(size=N).astype(np.float32), rng.normal(size=10).astype(np.float32)]
+             for _ in range(3)]
+  wire = process.next(process.initialize(), clients).measurements["wire"]
+  expected_entropy = expected_packed = 0
+  for value in clients:
+    for symbols, bits in _symbols(direction, value[0]):
+      expected_entropy += entropy_bits(symbols, 2**bits)
+      expected_packed += math.ceil(symbols.size * bits / 28) * 32
+  assert wire["entropy_bits"] == expected_entropy
+  assert wire["packed_bits"] == expected_packed
+  assert wire["entropy_bits"] <= wire["packed_bits"]
+  assert wire["variable_bits"] == 0
+  if encoder == "topk":   # floats and indices: nothing is entropy-coded
+    assert expected_packed == 0
+  else:
+    assert 0 < wire["entropy_bits"]
+
+
+def test_size_info_folds_in_measured_wire_bits():
+  from fedsim.sizing import ClientWireBits, SizeInfo
+  info = SizeInfo(per_client=ClientWireBits(broadcast=1000, broadcast_model=900,
+                                            aggregate=500, aggregate_model=400))
+  measured = {"distributor/wire/packed_bits": 320, "distributor/wire/entropy_bits": 200,
+              "distributor/wire/variable_bits": 0,
+              # two aggregated clients, summed; one more upload arrived late
+              "aggregation/mean/x": 5.0, "aggregation/encode/wire/packed_bits": 640,
+              "aggregation/encode/wire/entropy_bits": 500,
+              "aggregation/encode/wire/variable_bits": 96}
+  row = info.round_metrics(broadcast_clients=3, aggregated_clients=2, late_uploads=1,
+                           measured=measured)
+  assert row["broadcast_bits"] == 3000
+  assert row["broadcast_entropy_bits"] == 3 * (1000 - 320 + 200)
+  # 3 uploads at the static 500 bits, plus 48 measured bits each (the late one
+  # at the aggregated clients' mean).
+  assert row["aggregate_bits"] == 3 * 500 + 3 * 48
+  assert row["late_upload_bits"] == 548
+  assert row["aggregate_entropy_bits"] == row["aggregate_bits"] - 3 * 70
+  second = info.round_metrics(broadcast_clients=1, aggregated_clients=0)
+  assert second["aggregate_entropy_bits"] == second["aggregate_bits"] == 0
+  assert second["cumulative_broadcast_entropy_bits"] == 3 * 880 + 1000
+  assert second["cumulative_aggregate_entropy_bits"] == row["aggregate_entropy_bits"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("runtime", ["local", "inprocess"])
+def test_a_run_logs_entropy_bits_both_ways(tmp_path, runtime):
+  import fedsim
+  from fedsim.sizing.encoded_entropy import encoded_entropy_bits
+  stage = {"name": "encode", "encoder": "uniform", "bits": 4, "min_elements": 100}
+  config = {
+      "name": "entropy", "seed": 3, "rounds": 2, "clients_per_round": 3,
+      "data": {"name": "digits", "num_clients": 6, "partition": "iid", "batch_size": 16},
+      "model": {"name": "logistic"}, "algorithm": {"name": "fedavg"},
+      "aggregation": [stage], "broadcast": [stage], "runtime": {"name": runtime}}
+  weights = []
+  result = fedsim.run(config, logdir=tmp_path,
+                      on_round=lambda r, m, info: weights.append(info.weights))
+  per = result.size_info.per_client
+  direction = parse_direction({k: v for k, v in stage.items() if k != "name"}, "b")
+  packed = math.ceil(640 * 4 / 28) * 32      # the 64 x 10 kernel; the bias goes unencoded
+  # Round 2 broadcasts the model round 1 left: the symbols a NumPy entropy
+  # coder would send for it, re-encoded under the run's seed.
+  symbols = encoded_entropy_bits(weights[0], direction, seed=3)
+  row = result.metrics[1]
+  assert row["broadcast_entropy_bits"] == 3 * (per.broadcast - packed + symbols.entropy)
+  for row in result.metrics:
+    assert row["aggregate_bits"] == 3 * per.aggregate   # static sizes, unchanged
+    assert row["aggregation/encode/wire/packed_bits"] == 3 * packed
+    assert row["aggregate_entropy_bits"] == (row["aggregate_bits"] - 3 * packed
+                                             + row["aggregation/encode/wire/entropy_bits"])
+    assert row["aggregate_entropy_bits"] <= row["aggregate_bits"]
+    assert row["broadcast_entropy_bits"] <= row["broadcast_bits"]
+  assert result.metrics[-1]["cumulative_aggregate_entropy_bits"] == sum(
+      r["aggregate_entropy_bits"] for r in result.metrics)
