@@ -1,11 +1,15 @@
 """Child process of bench/run.py: peak RSS of a W2 run over a population.
 
-    python bench/population.py POPULATION [ROUNDS]
+    python bench/population.py POPULATION [ROUNDS] [CLIENTS_PER_ROUND]
 
-Builds `emnist_synthetic` with POPULATION clients x 100 examples, runs ROUNDS
-(default 3) rounds of 10 sampled clients on `inprocess`, and prints one JSON
-line: population, peak_rss_mib (ru_maxrss) and data_mib (the client examples
-the dataset holds in memory).
+Builds `emnist_synthetic` with POPULATION clients x 100 examples (generated
+on demand), runs ROUNDS (default 3) rounds of CLIENTS_PER_ROUND (default 100)
+sampled clients on `inprocess` the way the run loop does (a lazy
+`RoundClients`), and prints one JSON line: population, clients_per_round,
+peak_rss_mib (ru_maxrss of this process), rss_mib (resident at the end),
+data_mib (client examples the dataset holds in memory at the end: its LRU
+cache) and eager_mib (what holding every client's examples would take).
+Each population runs in its own process, so one's peak cannot hide another's.
 """
 
 from __future__ import annotations
@@ -20,25 +24,42 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import workloads  # noqa: E402
-from fedsim.experiment.simulation import client_batches  # noqa: E402
+from fedsim.experiment.simulation import RoundClients  # noqa: E402
 from fedsim.runtime import inprocess  # noqa: E402
+
+MIB = 2**20
+
+
+def resident_mib() -> float:
+  """This process's resident set now (VmRSS), MiB."""
+  with open("/proc/self/status") as f:
+    kib = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+  return kib / 1024
+
+
+def held_mib(clients) -> float:
+  """MiB of examples a client mapping holds: its cache if lazy, else every client."""
+  held = getattr(clients, "_cache", clients)
+  return sum(c.x.nbytes + c.y.nbytes for c in held.values()) / MIB
 
 
 def main() -> None:
   population = int(sys.argv[1])
   rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
-  bench = workloads.Workload("W2", num_clients=population)
-  sim = bench.sim
+  per_round = int(sys.argv[3]) if len(sys.argv) > 3 else 100
+  sim = workloads.Workload("W2", num_clients=population).sim
   process = inprocess.InProcessProcess(sim.algorithm.process, "cpu")
   state = process.initialize()
   for round_num in range(1, rounds + 1):
-    ids = sim.sampler.sample(round_num, 10)
-    state, _ = process.next(state, list(client_batches(sim, round_num, ids).values()))
-  data = sum(c.x.nbytes + c.y.nbytes for c in sim.data.clients.values())
+    ids = sim.sampler.sample(round_num, per_round)
+    state, _ = process.next(state, RoundClients(sim, round_num, ids))
+  example_bytes = sim.data.test.x[0].nbytes + sim.data.test.y[0].nbytes
+  eager = sum(sim.data.client_size(c) for c in sim.data.client_ids) * example_bytes
   print(json.dumps({
-      "population": population,
+      "population": population, "clients_per_round": per_round,
       "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-      "data_mib": data / 2**20}))
+      "rss_mib": resident_mib(), "data_mib": held_mib(sim.data.clients),
+      "eager_mib": eager / MIB}))
 
 
 if __name__ == "__main__":

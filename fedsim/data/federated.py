@@ -263,6 +263,11 @@ class LazyClients(Mapping[str, Examples]):
         self._cache.popitem(last=False)
     return examples
 
+  def cache_clear(self) -> None:
+    """Forgets every cached client (a benchmark's cold start)."""
+    with self._lock:
+      self._cache.clear()
+
   def num_examples(self, client_id: str) -> int:
     """`len(self[client_id])`, without loading it when sizes are known."""
     if self._size is None:
