@@ -236,6 +236,14 @@ def parse_compression(data: Any, key: str = "compression") -> CompressionSpec:
   return spec
 
 
+def reports_own_bits(spec: DirectionSpec | None) -> bool:
+  """True if `spec`'s encoder sends shapes that depend on the values (e.g.
+  `threshold`): static sizing counts the rest, the round measures these
+  (registered with `reports_own_bits = True` on the builder)."""
+  return spec is not None and bool(
+      getattr(ENCODERS.get(spec.encoder.name).build, "reports_own_bits", False))
+
+
 def upload_feedback(stages: Any) -> DirectionSpec | None:
   """The aggregation chain's `encode` stage if it asks for error feedback, else None.
 
@@ -259,3 +267,5 @@ def upload_feedback(stages: Any) -> DirectionSpec | None:
 # The encoders papers compare (qsgd, terngrad, sign, drive, topk, randk, kashin)
 # register themselves exactly as a plugin's would.
 from fedsim.compression import papers as _papers  # noqa: E402,F401
+# Threshold sparsification, whose bits vary with the values (measured per round).
+from fedsim.compression import threshold as _threshold  # noqa: E402,F401

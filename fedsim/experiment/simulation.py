@@ -62,7 +62,7 @@ def build_simulation(config: ExperimentConfig) -> Simulation:
                     f" data '{config.data.name}'")
   model = _task_model(config, data)
   algorithm = _build_algorithm(config, model, num_clients=len(data.client_ids))
-  wire = _wire_bits(algorithm)
+  wire = _wire_bits(algorithm, _measures_own_bits(config))
   # The uncompressed reference (the same chains without their encoders) is
   # sized from its own compiled process too.
   uncompressed = (_wire_bits(_build_algorithm(config, model, compressed=False,
@@ -164,9 +164,16 @@ def cluster_worker(plain_config: dict[str, Any], device: str):
           lambda round_num, ids: RoundClients(pieces, round_num, ids))
 
 
-def _wire_bits(algorithm: FederatedAlgorithm) -> ClientWireBits:
+def _wire_bits(algorithm: FederatedAlgorithm, measured: bool = False) -> ClientWireBits:
   return client_wire_bits(algorithm.sizing_process or algorithm.process,
-                          algorithm.upload_extras_types)
+                          algorithm.upload_extras_types, measured)
+
+
+def _measures_own_bits(config) -> bool:
+  """An encode stage's encoder sends value-dependent shapes that the round measures."""
+  from fedsim.compression import reports_own_bits
+  return any(s.name == "encode" and reports_own_bits(s.params)
+             for s in (*config.aggregation_chain(), *config.broadcast_chain()))
 
 
 def _privacy_ledger(config, population: int) -> PrivacyLedger | None:

@@ -23,13 +23,18 @@ def _named_leaves(type_spec: tff.Type, path: str = "") -> list[tuple[str, tff.ty
   return [(path.lstrip("/") or "value", type_spec)]
 
 
-def type_bits(type_spec: tff.Type) -> int:
+def type_bits(type_spec: tff.Type, measured: bool = False) -> int:
   """Bits of a value of `type_spec`: sum over tensors of elements x dtype bits.
 
+  `measured`: tensors whose shape is not fully known count 0 here, because
+  the round measures them (an encoder that reports its own bits, see
+  `fedsim.compression.reports_own_bits`): the result is the fixed part.
+
   Raises:
-    UserError: naming the tensor (its path holds the encoding stages' names,
-      e.g. `.../flattened_values/values`) whose shape is not fully known: its
-      size depends on the values, which this static sizing does not see.
+    UserError: unless `measured`, naming the tensor (its path holds the
+      encoding stages' names, e.g. `.../flattened_values/values`) whose shape
+      is not fully known: its size depends on the values, which this static
+      sizing does not see.
     ValueError: if the type holds something other than tensors, or strings.
   """
   total = 0
@@ -39,8 +44,11 @@ def type_bits(type_spec: tff.Type) -> int:
     raise ValueError(f"cannot size a value: {e}") from None
   for path, leaf in _named_leaves(type_spec):
     if not tff.types.is_shape_fully_defined(leaf.shape):
+      if measured:
+        continue
       raise UserError(f"cannot size '{path}' ({leaf}): its shape depends on the values; an"
-                      " encoder must send fixed shapes (e.g. top-k with a fixed k or fraction)")
+                      " encoder must send fixed shapes (e.g. top-k with a fixed k or fraction) or"
+                      " report its own bits (e.g. threshold)")
     dtype = np.dtype(leaf.dtype)
     if dtype == np.bool_:
       bits = 8  # TensorFlow stores a bool in a byte
@@ -53,8 +61,12 @@ def type_bits(type_spec: tff.Type) -> int:
 
 
 def client_wire_bits(process: tff.templates.IterativeProcess,
-                     upload_extras_types=()) -> ClientWireBits:
+                     upload_extras_types=(), measured: bool = False) -> ClientWireBits:
   """Bits per client per round, both ways, of a fedsim-composed process.
+
+  `measured`: an encoder of the run reports its own bits; tensors of
+  value-dependent shape count 0 here (see `type_bits`) and the run adds what
+  the round measured (`SizeInfo.round_metrics`).
 
   The model part of the upload is everything the client hands to the
   aggregation except what its client-work stage adds besides the update: the
@@ -68,11 +80,11 @@ def client_wire_bits(process: tff.templates.IterativeProcess,
     form = map_reduce_form(process)
   except ValueError as e:
     raise RunFailed(f"cannot compile the process to a MapReduceForm for sizing: {e}") from e
-  broadcast = type_bits(form.prepare.type_signature.result)
+  broadcast = type_bits(form.prepare.type_signature.result, measured)
   uploads = form.work.type_signature.result
   # Slots 1..3 feed secure sums; fedsim's aggregations do not use them, but if
   # an aggregator does, their bits cross the wire too.
-  aggregate = sum(type_bits(slot) for slot in uploads)
+  aggregate = sum(type_bits(slot, measured) for slot in uploads)
   extras = sum(type_bits(t) for t in upload_extras_types)
   return ClientWireBits(
       broadcast=broadcast, broadcast_model=broadcast,

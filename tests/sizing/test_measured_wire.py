@@ -133,3 +133,69 @@ def test_a_run_logs_entropy_bits_both_ways(tmp_path, runtime):
     assert row["broadcast_entropy_bits"] <= row["broadcast_bits"]
   assert result.metrics[-1]["cumulative_aggregate_entropy_bits"] == sum(
       r["aggregate_entropy_bits"] for r in result.metrics)
+
+
+def test_threshold_bits_are_measured_per_client_and_vary():
+  import tensorflow_federated as tff
+  from fedsim.compression.mean import build_encoded_sum
+  tau = 1.5
+  direction = _direction("threshold", tau=tau)
+  process = build_encoded_sum(direction, SEED).create(tff.TensorType(np.float32, [N]))
+  rng = np.random.default_rng(2)
+  dense = rng.normal(size=N).astype(np.float32)           # ~13% above 1.5
+  sparse = (rng.normal(size=N) * 0.5).astype(np.float32)  # ~0.3% above 1.5
+  state = process.initialize()
+  per_client = [int(process.next(state, [x]).measurements["wire"]["variable_bits"])
+                for x in (dense, sparse)]
+  # Each kept coordinate: its float32 value and its int32 index, as sent.
+  assert per_client == [int((np.abs(x) >= tau).sum()) * (32 + 32) for x in (dense, sparse)]
+  assert per_client[0] > 10 * per_client[1] > 0
+  both = process.next(state, [dense, sparse])
+  assert both.measurements["wire"]["variable_bits"] == sum(per_client)
+  expected = sum(np.where(np.abs(x) >= tau, x, 0) for x in (dense, sparse))
+  np.testing.assert_array_equal(both.result, expected)
+
+
+def test_static_sizing_counts_the_fixed_part_of_a_threshold_upload():
+  from fedsim.errors import UserError
+  from fedsim.sizing.mapreduce_form import client_wire_bits
+  from tests.learning import builders
+  model = builders.task_model("mlp", (64,), 10, hidden=[200])   # kernels 12800 and 2000
+  stage = {"name": "encode", "encoder": "threshold", "tau": 0.01, "min_elements": 10000}
+  alg = builders.algorithm("fedavg", {}, model, batch_size=4, aggregation=[stage],
+                           broadcast=[stage])
+  with pytest.raises(UserError, match="report its own bits"):
+    client_wire_bits(alg.process, alg.upload_extras_types)
+  wire = client_wire_bits(alg.process, alg.upload_extras_types, measured=True)
+  # The 12800-weight kernel is all measured; the rest goes as float32.
+  assert wire.broadcast_model == wire.aggregate_model == (200 + 2000 + 10) * 32
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("runtime", ["local", "inprocess"])
+def test_a_threshold_run_counts_measured_bits_each_round(tmp_path, runtime):
+  import fedsim
+  config = {
+      "name": "threshold", "seed": 3, "rounds": 2, "clients_per_round": 3,
+      "data": {"name": "digits", "num_clients": 6, "partition": "iid", "batch_size": 16},
+      "model": {"name": "logistic"}, "algorithm": {"name": "fedavg"},
+      "aggregation": [{"name": "encode", "encoder": "threshold", "tau": 0.02,
+                       "min_elements": 100}],
+      "broadcast": [{"name": "encode", "encoder": "threshold", "tau": 0.05,
+                     "min_elements": 100}],
+      "runtime": {"name": runtime}}
+  result = fedsim.run(config, logdir=tmp_path)
+  per = result.size_info.per_client
+  # Static sizing holds the fixed part: the 10 biases both ways (plus the
+  # learning rate down, the weight and metrics up); the kernel is measured.
+  assert per.broadcast_model == 10 * 32
+  uploads = []
+  for row in result.metrics:
+    down, up = row["distributor/wire/variable_bits"], row["aggregation/encode/wire/variable_bits"]
+    assert 0 < down < 640 * 64 and 0 < up < 3 * 640 * 64
+    assert down % 64 == 0 and up % 64 == 0   # a float32 value and an int32 index each
+    assert row["broadcast_bits"] == 3 * (per.broadcast + down)
+    assert row["aggregate_bits"] == 3 * per.aggregate + up
+    uploads.append(up)
+  assert uploads[0] != uploads[1]
+  assert result.size_info.aggregate_history == [r["aggregate_bits"] for r in result.metrics]
