@@ -11,6 +11,7 @@ n elements (n' = n padded to a power of two where a rotation pads):
   terngrad  ceil(n * 2 / 28) int32 + 1 float scale
   sign      ceil(n / 28) int32 + 1 float scale
   drive     ceil(n' / 28) int32 + 1 float scale + 2 int32 rotation seed
+  eden      ceil(n' * b / 28) int32 + 1 float scale + 2 int32 rotation seed
   topk      k float values + k int32 indices
   randk     k float values + 2 int32 seed of the coordinates drawn
   kashin    ceil(m * bits / 28) int32 + 2 floats (min, max) + 2 int32 seed, m
@@ -90,6 +91,22 @@ def _drive(params: DriveParams) -> Any:
   return te_api.chain(te_api.stages.FlattenEncodingStage(), te_api.SeededHadamardStage(),
                       SignStage(UNBIASED if params.scale == "unbiased" else MEAN_ABS),
                       te_api.stages.BitpackingEncodingStage(1))
+
+
+@dataclasses.dataclass(frozen=True)
+class EdenParams:
+  """`bits` per rotated coordinate: the index of its Lloyd-Max centroid of N(0, 1)."""
+
+  bits: int = bounded(1, min=1, max=8)
+
+
+@ENCODERS.register("eden", params=EdenParams)
+def _eden(params: EdenParams) -> Any:
+  """EDEN (Vargaftik et al. 2022): Hadamard rotation, b-bit Lloyd-Max levels, unbiased scale."""
+  from fedsim.compression import tensor_encoding_api as te_api
+  from fedsim.compression.stages.eden import EdenStage
+  return te_api.chain(te_api.stages.FlattenEncodingStage(), te_api.SeededHadamardStage(),
+                      EdenStage(params.bits), te_api.stages.BitpackingEncodingStage(params.bits))
 
 
 @dataclasses.dataclass(frozen=True)
