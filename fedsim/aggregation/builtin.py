@@ -25,14 +25,6 @@ def _parse_encode(data: Any, key: str):
   return parse_direction(data, key)
 
 
-def _parse_broadcast_encode(data: Any, key: str):
-  spec = _parse_encode(data, key)
-  if spec.error_feedback:
-    raise UserError(f"{key}.error_feedback: only the upload (an aggregation encode stage)"
-                    " keeps residuals")
-  return spec
-
-
 @dataclasses.dataclass(frozen=True)
 class EncodeParams:
   """Documents `encode`'s keys; the encoder's own parameters follow its name."""
@@ -40,7 +32,8 @@ class EncodeParams:
   encoder: str = "identity"   # a registered encoder (see `fedsim list encoder`)
   min_elements: int = 10000   # smaller (or non-float) tensors are sent unchanged
   threshold: int | None = None  # instead: only tensors with MORE elements (TFF's rule)
-  error_feedback: bool = False  # upload only: clients keep and resend what was dropped
+  # Clients (upload) or the server (broadcast) keep what the encoder dropped and resend it.
+  error_feedback: bool = False
 
 
 @register_aggregation_stage("encode", EncodeParams, role=SUM, parser=_parse_encode)
@@ -50,7 +43,7 @@ def build_encode(params, context: StageContext):
   return build_encoded_sum(params, context.seed)
 
 
-@register_broadcast_stage("encode", EncodeParams, parser=_parse_broadcast_encode)
+@register_broadcast_stage("encode", EncodeParams, parser=_parse_encode)
 def build_encoded_broadcast(params, weights_type, context: StageContext):
   """The server encodes the model once; every client decodes the same encoded value."""
   from fedsim.compression.broadcast import build_encoded_broadcast as build

@@ -135,8 +135,9 @@ class DirectionSpec:
   encoder: Component
   min_elements: int | None = DEFAULT_MIN_ELEMENTS
   threshold: int | None = None
-  # Upload only: each client keeps what its encoder dropped and adds it to its
-  # next update (see `fedsim.compression.error_feedback`).
+  # Upload: each client keeps what its encoder dropped and adds it to its next
+  # update (see `fedsim.compression.error_feedback`); broadcast: the server
+  # does (see `fedsim.compression.broadcast`).
   error_feedback: bool = False
 
   def encodes(self, num_elements: int) -> bool:
@@ -231,8 +232,8 @@ def parse_compression(data: Any, key: str = "compression") -> CompressionSpec:
       for name in _DIRECTIONS if data.get(name) is not None})
   for name in _DIRECTIONS:
     if getattr(spec, name) is not None and getattr(spec, name).error_feedback:
-      raise UserError(f"{key}.{name}.error_feedback: only an aggregation chain's encode stage"
-                      " keeps residuals")
+      raise UserError(f"{key}.{name}.error_feedback: only an encode stage of an"
+                      f" `{name}:` chain keeps residuals")
   return spec
 
 

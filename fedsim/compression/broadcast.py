@@ -6,6 +6,13 @@ such as the Hadamard seed), so a compiled MapReduceForm's `prepare` result
 shows the encoded size. The server, which encodes, also measures what it
 sends (measurement `wire`, see `fedsim.compression.wire_meter`): the same
 for every client.
+
+With `error_feedback: true` the server keeps what its encoder dropped
+(Seide et al. 2014; Karimireddy et al. 2019, on the downlink as in
+DoubleSqueeze, Tang et al. 2019): it encodes x_t = w_t + e_t, every client
+decodes C(x_t), and e_{t+1} = x_t - C(x_t), the server decoding its own
+encoding to know it. The residual is part of the process's server state, so
+it is checkpointed and resumed with it.
 """
 
 from __future__ import annotations
@@ -36,10 +43,13 @@ def build_encoded_broadcast(
 
   Returns:
     A process whose state@SERVER holds the encoders' state (a struct of empty
-    tuples for stateless encoders) and whose `next(state, value@SERVER)`
-    returns `value` decoded @CLIENTS, with the container types of
-    `weights_type`, and measurements `{'wire': {KEYS}}` of one client's copy
-    (see `wire_meter`).
+    tuples for stateless encoders; with `spec.error_feedback`, `{'encoders':
+    that, 'residual': one float tensor per tensor of the value}`) and whose
+    `next(state, value@SERVER)` returns `value` (plus the residual) decoded
+    @CLIENTS, with the container types of `weights_type`, and measurements
+    `{'wire': {KEYS}}` of one client's copy (see `wire_meter`), plus
+    `{'error_feedback': {'residual_norm'}}` (L2, after this round) with
+    error feedback.
 
   Raises:
     TypeError: if `weights_type` holds federated types or a tensor of unknown
@@ -59,9 +69,15 @@ def build_encoded_broadcast(
     encoders.append(te_api.simple_encoder(encoder, tensor_spec))
     meters.append(wire_meter.WireMeter.of(encoder, tensor_spec))
 
+  feedback = spec is not None and spec.error_feedback
+
   @tff.tensorflow.computation
   def initial_state():
-    return [e.initial_state() for e in encoders]
+    states = [e.initial_state() for e in encoders]
+    if not feedback:
+      return states
+    return {"encoders": states,
+            "residual": [tf.zeros(s.shape, s.dtype) for s in flat_specs]}
 
   @tff.federated_computation
   def init_fn():
@@ -71,11 +87,22 @@ def build_encoded_broadcast(
 
   @tff.tensorflow.computation(state_type, weights_type)
   def encode(state, value):
-    pairs = [e.encode(x, s) for e, x, s in zip(encoders, tf.nest.flatten(value), state)]
+    flat = tf.nest.flatten(value)
+    encoder_states = state["encoders"] if feedback else state
+    if feedback:
+      flat = [x + r for x, r in zip(flat, state["residual"])]
+    pairs = [e.encode(x, s) for e, x, s in zip(encoders, flat, encoder_states)]
     wire = wire_meter.zeros()
     for meter, (encoded, _) in zip(meters, pairs):
       wire = wire_meter.add(wire, meter.measure(encoded))
-    return [p[0] for p in pairs], [tuple(p[1]) for p in pairs], {"wire": wire}
+    new_state = [tuple(p[1]) for p in pairs]
+    measurements = {"wire": wire}
+    if feedback:
+      residual = [x - e.decode(p[0]) for x, e, p in zip(flat, encoders, pairs)]
+      new_state = {"encoders": new_state, "residual": residual}
+      measurements["error_feedback"] = {"residual_norm": tf.sqrt(tf.add_n(
+          [tf.reduce_sum(tf.square(tf.cast(r, tf.float32))) for r in residual]))}
+    return [p[0] for p in pairs], new_state, measurements
 
   @tff.tensorflow.computation(encode.type_signature.result[0])
   def decode(encoded):
