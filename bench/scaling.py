@@ -8,7 +8,9 @@ one epoch, FedAvg) on `inprocess`, each round as the run loop plays it:
 `sampler.sample`, a lazy `RoundClients` (each client generated and packed
 when the runtime reads it), `process.next`. ms/round is the median over the
 rounds after one warm-up round; `pack ms` is the median time to generate and
-pack the same clients alone (part of ms/round). Memory rows: one child
+pack the same clients alone (part of ms/round); CPU ms is this process's CPU
+time (all its threads), which other load on a shared machine disturbs less
+than wall time. Memory rows: one child
 process per population (`population.py`). Run it under the shared lock:
 `flock /tmp/heavy.lock uv run python bench/scaling.py`.
 """
@@ -53,31 +55,33 @@ def scaling_rows(counts, population: int, log: Callable[[str], None] = print) ->
   # Every client is generated afresh, as in a round over a large population.
   cold = getattr(sim.data.clients, "cache_clear", lambda: None)
 
-  def play(count: int) -> tuple[float, float]:
-    """(seconds of one loop round of `count` clients, seconds to pack them alone)."""
+  def play(count: int) -> tuple[float, float, float]:
+    """Seconds of one loop round of `count` clients (wall, and CPU of this process), then
+    wall seconds to generate and pack them alone."""
     round_num[0] += 1
     cold()
-    begin = time.perf_counter()
+    begin, cpu = time.perf_counter(), time.process_time()
     clients = RoundClients(sim, round_num[0], sim.sampler.sample(round_num[0], count))
     state[0], _ = process.next(state[0], clients)
-    seconds = time.perf_counter() - begin
+    seconds, cpu = time.perf_counter() - begin, time.process_time() - cpu
     cold()
     begin = time.perf_counter()
     for _ in clients:
       pass
-    return seconds, time.perf_counter() - begin
+    return seconds, cpu, time.perf_counter() - begin
 
   play(min(counts))  # warm-up: the first call traces the round
   rows = []
   for count in counts:
     n = rounds_for(count)
     timed = [play(count) for _ in range(n)]
-    ms = statistics.median(t for t, _ in timed) * 1000
-    pack_ms = statistics.median(p for _, p in timed) * 1000
+    ms, cpu_ms, pack_ms = (statistics.median(t[k] for t in timed) * 1000 for k in range(3))
     rows.append({"clients": count, "rounds": n, "ms": ms, "ms_per_client": ms / count,
-                 "pack_ms": pack_ms})
+                 "cpu_ms_per_client": cpu_ms / count, "pack_ms": pack_ms,
+                 "load": os.getloadavg()[0]})
     log(f"  W2 inprocess {count} clients/round: {ms:.0f} ms/round, {ms / count:.2f}"
-        f" ms/client (generate + pack {pack_ms:.0f} ms)")
+        f" ms/client, CPU {cpu_ms / count:.2f} ms/client (generate + pack {pack_ms:.0f} ms;"
+        f" load average {rows[-1]['load']:.1f})")
   return rows
 
 
@@ -107,10 +111,12 @@ def markdown(scaling: list[dict], memory: list[dict]) -> str:
   """The tables of `scaling_rows` and `memory_rows` as Markdown."""
   out = []
   if scaling:
-    out += ["| clients/round | ms/round | ms/client | of which generate + pack (ms) |"
-            " rounds |", "|---|---|---|---|---|"]
+    out += ["| clients/round | ms/round | ms/client | CPU ms/client |"
+            " of which generate + pack (ms) | rounds | load average |",
+            "|---|---|---|---|---|---|---|"]
     out += [f"| {r['clients']:,} | {r['ms']:,.0f} | {r['ms_per_client']:.2f} |"
-            f" {r['pack_ms']:,.0f} | {r['rounds']} |" for r in scaling]
+            f" {r['cpu_ms_per_client']:.2f} | {r['pack_ms']:,.0f} | {r['rounds']} |"
+            f" {r['load']:.1f} |" for r in scaling]
     out.append("")
   if memory:
     out += ["| population | clients/round | peak RSS (MiB) | resident at end (MiB) |"
