@@ -48,4 +48,5 @@ def build(params: Cifar100Params, seed: int, *, key: str = "data") -> FederatedD
   return tff_files.federated_from_file(
       "cifar100", params, seed, splits=("train", "test"),
       decode=functools.partial(decode, coarse=params.coarse_labels),
-      num_classes=20 if params.coarse_labels else 100, key=key)
+      num_classes=20 if params.coarse_labels else 100, one_example_per_record=True,
+      key=key)

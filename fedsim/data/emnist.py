@@ -55,4 +55,5 @@ def build(params: EmnistParams, seed: int, *, key: str = "data") -> FederatedDat
   return tff_files.federated_from_file(
       "emnist", params, seed, splits=(f"{prefix}_train", f"{prefix}_test"),
       decode=functools.partial(decode, invert=params.invert_pixels),
-      num_classes=10 if params.only_digits else 62, own_test=True, key=key)
+      num_classes=10 if params.only_digits else 62, own_test=True, one_example_per_record=True,
+      key=key)

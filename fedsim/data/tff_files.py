@@ -309,7 +309,8 @@ def _concat(parts: Sequence[Examples]) -> Examples:
 def federated_data(train: SqliteSplit, test: Examples, decode: Decode, params: TffFileParams,
                    seed: int, *, num_classes: int, key: str = "data",
                    client_ids: Sequence[str] | None = None,
-                   test_split: SqliteSplit | None = None) -> FederatedData:
+                   test_split: SqliteSplit | None = None,
+                   one_example_per_record: bool = False) -> FederatedData:
   """Training clients of `train` loaded lazily (see `LazyClients`) plus `test`.
 
   Client ids are TFF's, sorted; `client_ids` (default: `choose_clients` on
@@ -317,19 +318,24 @@ def federated_data(train: SqliteSplit, test: Examples, decode: Decode, params: T
   client that has examples there gets them, uncapped and lazily loaded, as
   its own test split (`client_test`); pass it only when the splits' client
   ids name the same people (not CIFAR-100, whose test clients are another
-  partition that reuses the ids).
+  partition that reuses the ids). `one_example_per_record`: `decode` makes one
+  example of each record, so a client's size is its metadata count and is
+  known without loading it.
   """
   if client_ids is None:
     client_ids = choose_clients(train.client_ids, params.num_clients, seed, key=key)
   clients = LazyClients(client_ids, lambda cid: decode(train.records(cid)),
-                        max_examples_per_client=params.max_examples_per_client, seed=seed)
+                        max_examples_per_client=params.max_examples_per_client, seed=seed,
+                        size=train.num_examples if one_example_per_record else None)
   client_test = None
   if test_split is not None:
     tested = set(test_split.client_ids)
     in_test = [cid for cid in client_ids if cid in tested]
     if in_test:
       client_test = LazyClients(in_test, lambda cid: decode(test_split.records(cid)),
-                                max_examples_per_client=None, seed=seed)
+                                max_examples_per_client=None, seed=seed,
+                                size=test_split.num_examples if one_example_per_record
+                                else None)
   return FederatedData(clients, test, tuple(test.x.shape[1:]), num_classes,
                        client_test=client_test)
 
@@ -337,11 +343,13 @@ def federated_data(train: SqliteSplit, test: Examples, decode: Decode, params: T
 def federated_from_file(dataset: str, params: TffFileParams, seed: int, *,
                         splits: tuple[str, str], decode: Callable[..., Examples],
                         num_classes: int, per_client_test: bool = False,
-                        own_test: bool = False, key: str = "data") -> FederatedData:
+                        own_test: bool = False, one_example_per_record: bool = False,
+                        key: str = "data") -> FederatedData:
   """The usual assembly: lazy clients of split `splits[0]`, held-out set from `splits[1]`.
 
   `own_test`: a training client's examples in `splits[1]` are its own test
-  split (TFF split each writer's or role's data), see `federated_data`.
+  split (TFF split each writer's or role's data), see `federated_data`, as is
+  `one_example_per_record`.
 
   `decode(records, path=..., key=...)` turns serialized protos into
   `Examples`. Raises UserError for a missing or damaged file.
@@ -352,4 +360,5 @@ def federated_from_file(dataset: str, params: TffFileParams, seed: int, *,
   test = load_test(test_split, to_examples, params.test_examples, seed,
                    per_client=per_client_test)
   return federated_data(train, test, to_examples, params, seed, num_classes=num_classes,
-                        key=key, test_split=test_split if own_test else None)
+                        key=key, test_split=test_split if own_test else None,
+                        one_example_per_record=one_example_per_record)

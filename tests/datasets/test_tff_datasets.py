@@ -50,6 +50,15 @@ def test_emnist_subsets_are_seeded(cache_dir):
     np.testing.assert_array_equal(data.clients[cid].x, again.clients[cid].x)
 
 
+@pytest.mark.parametrize("name", ["emnist", "cifar100"])
+def test_one_example_per_record_sizes_need_no_loading(cache_dir, name):
+  data = build(name, cache_dir, max_examples_per_client=2)
+  sizes = [data.client_size(c) for c in data.client_ids]
+  assert data.clients._cache == {}  # from the metadata, capped
+  assert sizes == [len(data.clients[c]) for c in data.client_ids]
+  assert max(sizes) == 2  # the cap binds
+
+
 def test_emnist_missing_file_is_a_user_error(tmp_path):
   with pytest.raises(UserError, match=r"data.cache_dir: .*emnist_all.sqlite not found"):
     build("emnist", tmp_path)
