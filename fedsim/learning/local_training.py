@@ -164,6 +164,10 @@ def train(predict: Callable, optimizer, weights: Weights, optimizer_state, batch
   """
   weights = tuple(weights)
   num_steps = tf.shape(batches["mask"])[0]
+  if window is None and accumulation.steps == 1 and not accumulation.count_passes and (
+      accumulation.divide_by in ("window", "backward_passes", "none")):
+    return _train_per_batch(predict, optimizer, weights, optimizer_state, batches,
+                            extra_gradient, pad_label, num_steps)
   steps = float(accumulation.steps)
   by_examples = accumulation.divide_by == "examples"
   divisors = {"window": lambda w: w["passes"], "backward_passes": lambda w: steps,
@@ -211,6 +215,34 @@ def train(predict: Callable, optimizer, weights: Weights, optimizer_state, batch
       lambda i, *_: i < num_steps, step,
       (tf.constant(0), weights, optimizer_state, window, zero_stats(), tf.constant(0.0)))
   return TrainResult(weights, optimizer_state, stats, window, applied)
+
+
+def _train_per_batch(predict, optimizer, weights, optimizer_state, batches, extra_gradient,
+                     pad_label, num_steps) -> TrainResult:
+  """`train` when each batch with a target is one optimizer step (the default).
+
+  The same numbers as the window (a window of one pass divided by 1 is the
+  batch gradient), in one condition per batch instead of two: the round's
+  time on small models is mostly per-op cost, not arithmetic.
+  """
+  def step(i, weights, opt_state, stats, applied):
+    x, y, mask = batches["x"][i], batches["y"][i], batches["mask"][i]
+
+    def update():
+      grads, batch_stats = batch_gradient(predict, weights, x, y, mask, extra_gradient,
+                                          pad_label)
+      new_state, new_weights = optimizer.next(opt_state, weights, grads)
+      return tuple(new_weights), new_state, add_stats(stats, batch_stats), applied + 1.0
+
+    weights, opt_state, stats, applied = tf.cond(
+        num_targets(y, mask, pad_label) > 0, update,
+        lambda: (weights, opt_state, stats, applied))
+    return i + 1, weights, opt_state, stats, applied
+
+  _, weights, optimizer_state, stats, applied = tf.while_loop(
+      lambda i, *_: i < num_steps, step,
+      (tf.constant(0), weights, optimizer_state, zero_stats(), tf.constant(0.0)))
+  return TrainResult(weights, optimizer_state, stats, empty_window(weights), applied)
 
 
 def gradient(predict: Callable, weights: Weights, batches, pad_label: int | None = None):
