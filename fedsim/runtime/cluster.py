@@ -42,6 +42,10 @@ RESTARTS = 2
 # sent client ids and the server's round input, and return accumulators.
 _LOCAL_OBJECT_STORE_BYTES = 256 * 2**20
 _CONNECT_TIMEOUT_S = 5.0
+# A run's output stays fedsim's: no usage reporting, no metrics agent (whose
+# absence Ray logs as an error), no warning about a future GPU default.
+_QUIET_RAY = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_enable_metrics_collection": "0",
+              "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
 _ADDRESS = re.compile(r"^(?P<host>[^\s:]+|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})$")
 
 
@@ -68,8 +72,8 @@ class ClusterSpec:
 def chunk_bounds(count: int, workers: int) -> list[tuple[int, int]]:
   """`[start, end)` of each worker's contiguous chunk of `count` clients.
 
-  Sizes differ by at most one, larger first; workers beyond `count` get
-  empty chunks (and are not called).
+  Sizes differ by at most one; with fewer clients than workers some chunks
+  are empty (their workers are not called that round).
   """
   return [(w * count // workers, (w + 1) * count // workers) for w in range(workers)]
 
@@ -130,6 +134,8 @@ class ClusterProcess:
       RunFailed: an actor could not be built (one line: its error), or the
         actors were not ready within `runtime.timeout_s`.
     """
+    for name, value in _QUIET_RAY.items():
+      os.environ.setdefault(name, value)  # read at import and by the nodes ray.init starts
     import ray  # pylint: disable=g-import-not-at-top
     self._ray = ray
     self._local = local
@@ -148,7 +154,7 @@ class ClusterProcess:
       threads = max(1, int(spec.cpus_per_worker))
       self._actors = [actor_class.remote(build_worker, threads, os.getcwd())
                       for _ in range(spec.workers)]
-      self._pids = self._get([a.pid.remote() for a in self._actors], "start-up")
+      self._get([a.pid.remote() for a in self._actors], "start-up")  # built, or why not
     except BaseException:
       self.close()
       raise
@@ -196,6 +202,19 @@ class ClusterProcess:
     for part in parts[1:]:  # fixed (chunk) order: the same sum every time
       acc = self._local.merge(acc, part)
     return self._local.finish(state, acc)
+
+  @property
+  def actors(self) -> list:
+    """The Ray actor handles, in chunk order (for diagnostics and tests)."""
+    return list(self._actors)
+
+  def worker_pids(self) -> list[int]:
+    """Each actor's current process id, in chunk order (a restart changes it).
+
+    Raises:
+      RunFailed: as `next`.
+    """
+    return self._get([a.pid.remote() for a in self._actors], "asking the workers")
 
   def close(self) -> None:
     """Kills the actors and disconnects; stops a private instance. Idempotent."""
