@@ -38,13 +38,14 @@ def build_encoded_broadcast(
     spec: the broadcast direction; None sends every tensor unchanged (still
       through this process).
     seed: the run seed; the encoders' random draws are seeded by (seed, the
-      tensor's flat index, the values encoded): see
-      `tensor_encoding_api.noise_seed`.
+      round: a counter of `next` calls in the state, the tensor's flat index,
+      the values encoded): see `tensor_encoding_api.noise_seed`.
 
   Returns:
-    A process whose state@SERVER holds the encoders' state (a struct of empty
-    tuples for stateless encoders; with `spec.error_feedback`, `{'encoders':
-    that, 'residual': one float tensor per tensor of the value}`) and whose
+    A process whose state@SERVER is `{'encoders': the encoders' states (empty
+    tuples for stateless encoders), 'round': int32 count of broadcasts}` and,
+    with `spec.error_feedback`, `'residual'`: one float tensor per tensor of
+    the value; whose
     `next(state, value@SERVER)` returns `value` (plus the residual) decoded
     @CLIENTS, with the container types of `weights_type`, and measurements
     `{'wire': {KEYS}}` of one client's copy (see `wire_meter`), plus
@@ -73,11 +74,11 @@ def build_encoded_broadcast(
 
   @tff.tensorflow.computation
   def initial_state():
-    states = [e.initial_state() for e in encoders]
-    if not feedback:
-      return states
-    return {"encoders": states,
-            "residual": [tf.zeros(s.shape, s.dtype) for s in flat_specs]}
+    state = {"encoders": [e.initial_state() for e in encoders],
+             "round": tf.constant(0, tf.int32)}
+    if feedback:
+      state["residual"] = [tf.zeros(s.shape, s.dtype) for s in flat_specs]
+    return state
 
   @tff.federated_computation
   def init_fn():
@@ -88,18 +89,18 @@ def build_encoded_broadcast(
   @tff.tensorflow.computation(state_type, weights_type)
   def encode(state, value):
     flat = tf.nest.flatten(value)
-    encoder_states = state["encoders"] if feedback else state
     if feedback:
       flat = [x + r for x, r in zip(flat, state["residual"])]
-    pairs = [e.encode(x, s) for e, x, s in zip(encoders, flat, encoder_states)]
+    with te_api.noise_round(state["round"]):
+      pairs = [e.encode(x, s) for e, x, s in zip(encoders, flat, state["encoders"])]
     wire = wire_meter.zeros()
     for meter, (encoded, _) in zip(meters, pairs):
       wire = wire_meter.add(wire, meter.measure(encoded))
-    new_state = [tuple(p[1]) for p in pairs]
+    new_state = {"encoders": [tuple(p[1]) for p in pairs], "round": state["round"] + 1}
     measurements = {"wire": wire}
     if feedback:
-      residual = [x - e.decode(p[0]) for x, e, p in zip(flat, encoders, pairs)]
-      new_state = {"encoders": new_state, "residual": residual}
+      new_state["residual"] = [x - e.decode(p[0]) for x, e, p in zip(flat, encoders, pairs)]
+      residual = new_state["residual"]
       measurements["error_feedback"] = {"residual_norm": tf.sqrt(tf.add_n(
           [tf.reduce_sum(tf.square(tf.cast(r, tf.float32))) for r in residual]))}
     return [p[0] for p in pairs], new_state, measurements

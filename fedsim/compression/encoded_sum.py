@@ -10,11 +10,16 @@ bits of value-dependent shapes) into a server-only part of the accumulator,
 reported as the measurement `wire`. Nothing extra crosses the wire: the
 clients' `work` output is the encoded value alone, so sizing the compiled
 round sizes the same upload.
+
+The state also counts the rounds this sum has run; with `round_noise`, the
+count goes to the clients with the encoder parameters (an int32: 32 bits
+down) and is folded into their noise (`tensor_encoding_api.noise_round`).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 from typing import Any, Callable
 
 import tensorflow as tf
@@ -23,6 +28,8 @@ import tensorflow_federated as tff
 from fedsim.compression import tensor_encoding_api as te_api
 from fedsim.compression import wire_meter
 
+# The name of the round counter among the encoder parameters sent down.
+NOISE_ROUND_KEY = "noise_round"
 _COMBINE = {"SUM": tf.add, "MIN": tf.minimum, "MAX": tf.maximum}
 
 
@@ -43,12 +50,15 @@ class EncodedSumFactory(tff.aggregators.UnweightedAggregationFactory):
 
   `encoder_fn(spec, index)` returns the tensor_encoding `Encoder` for the
   tensor of `spec` at flat (`tf.nest`) `index` of the value. The process's
-  state is the encoders' states; its measurements are `{'wire': {KEYS}}`
-  (see `wire_meter`), summed over the aggregated clients.
+  state is `{'encoders': the encoders' states, 'round': rounds run}`; its
+  measurements are `{'wire': {KEYS}}` (see `wire_meter`), summed over the
+  aggregated clients. `round_noise`: clients fold the round into their noise
+  (off for error feedback, whose clients re-encode without knowing it).
   """
 
-  def __init__(self, encoder_fn: Callable[[tf.TensorSpec, int], Any]):
+  def __init__(self, encoder_fn: Callable[[tf.TensorSpec, int], Any], round_noise: bool = True):
     self._encoder_fn = encoder_fn
+    self._round_noise = round_noise
 
   def create(self, value_type) -> tff.templates.AggregationProcess:
     specs = tff.types.type_to_tf_tensor_specs(value_type)
@@ -57,10 +67,12 @@ class EncodedSumFactory(tff.aggregators.UnweightedAggregationFactory):
     encoders = [te_api.gather_encoder(e, s) for e, s in zip(built, flat_specs)]
     meters = [wire_meter.WireMeter.of(e, s) for e, s in zip(built, flat_specs)]
     combiners = _state_combiners(encoders)
+    round_noise = self._round_noise
 
     @tff.tensorflow.computation
     def initial_state():
-      return [e.initial_state() for e in encoders]
+      return collections.OrderedDict(encoders=[e.initial_state() for e in encoders],
+                                     round=tf.constant(0, tf.int32))
 
     @tff.federated_computation
     def init_fn():
@@ -70,8 +82,11 @@ class EncodedSumFactory(tff.aggregators.UnweightedAggregationFactory):
 
     @tff.tensorflow.computation(state_type)
     def get_params(state):
-      params = [e.get_params(s) for e, s in zip(encoders, state)]
-      return tuple([p[i] for p in params] for i in range(3))
+      params = [e.get_params(s) for e, s in zip(encoders, state["encoders"])]
+      encode_params = collections.OrderedDict(
+          [("encoders", [p[0] for p in params]),
+           (NOISE_ROUND_KEY, state["round"] if round_noise else ())])
+      return encode_params, [p[1] for p in params], [p[2] for p in params]
 
     encode_params_type, before_sum_type, after_sum_type = get_params.type_signature.result
 
@@ -79,8 +94,9 @@ class EncodedSumFactory(tff.aggregators.UnweightedAggregationFactory):
     # value (as TFF's does): a server value cannot reach `accumulate` otherwise.
     @tff.tensorflow.computation(value_type, encode_params_type, before_sum_type)
     def encode(value, encode_params, before_sum_params):
-      pairs = [e.encode(x, p) for e, x, p in
-               zip(encoders, tf.nest.flatten(value), encode_params)]
+      params, round_index = encode_params["encoders"], encode_params[NOISE_ROUND_KEY]
+      with (te_api.noise_round(round_index) if round_noise else contextlib.nullcontext()):
+        pairs = [e.encode(x, p) for e, x, p in zip(encoders, tf.nest.flatten(value), params)]
       return [p[0] for p in pairs], before_sum_params, [list(p[1]) for p in pairs]
 
     encoded_type = encode.type_signature.result
@@ -141,7 +157,9 @@ class EncodedSumFactory(tff.aggregators.UnweightedAggregationFactory):
 
     @tff.tensorflow.computation(state_type, updates_type)
     def update_state(state, updates):
-      return [e.update_state(s, u) for e, s, u in zip(encoders, state, updates)]
+      return collections.OrderedDict(
+          encoders=[e.update_state(s, u) for e, s, u in zip(encoders, state["encoders"], updates)],
+          round=state["round"] + 1)
 
     @tff.tensorflow.computation(acc_type)
     def measurements_of(acc):

@@ -41,8 +41,10 @@ def build_encoded_sum(spec: DirectionSpec | None,
   """An aggregation factory for the plain sum of client values, encoded per `spec`
   (elastic averaging adds the clients' elastic differences, it does not average).
 
-  The encoders' random draws are seeded by (`seed`, the tensor's flat index in
-  the value, the values encoded): see `tensor_encoding_api.noise_seed`. The
+  The encoders' random draws are seeded by (`seed`, the round, the tensor's
+  flat index in the value, the values encoded): see
+  `tensor_encoding_api.noise_seed`; with `spec.error_feedback` the round is
+  left out, since the client reproduces its encoding without it. The
   server measures what each client sent (measurement `wire`, see
   `fedsim.compression.encoded_sum`).
   """
@@ -53,4 +55,5 @@ def build_encoded_sum(spec: DirectionSpec | None,
     with te_api.noise_key(seed, index):
       return encoder_for(tensor_spec, spec)
 
-  return EncodedSumFactory(encoder_at)
+  # Error feedback's clients re-encode their value without knowing the round.
+  return EncodedSumFactory(encoder_at, round_noise=not spec.error_feedback)

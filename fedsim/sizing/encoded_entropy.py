@@ -1,9 +1,10 @@
 """Entropy-coded bits of what an encoder packs, for actual values (TensorFlow, eager).
 
-The compiled round does not return the encoded values, so this re-encodes
-them: with the same run seed and tensor indices the noise is the same as in
-the round (see `tensor_encoding_api.noise_seed`), so for the broadcast, which
-encodes the server's model, these are the symbols that crossed the wire.
+This re-encodes values outside a round (the round itself measures its
+symbols, see `fedsim.compression.wire_meter`): with the same run seed, round
+index and tensor indices the noise is the same as in the round (see
+`tensor_encoding_api.noise_seed`), so for the broadcast, which encodes the
+server's model, these are the symbols that crossed the wire.
 Only bit-packed symbols count: floats (scales, top-k values), indices, seeds
 and tensors sent unencoded are not entropy-coded here.
 """
@@ -31,7 +32,7 @@ class SymbolBits:
 
 
 def encoded_entropy_bits(values: Sequence[np.ndarray], direction: DirectionSpec | None,
-                         seed: int = 0) -> SymbolBits:
+                         seed: int = 0, round_index: int | None = None) -> SymbolBits:
   """Raw and entropy-coded bits of the symbols `direction` packs for `values`.
 
   Args:
@@ -39,6 +40,8 @@ def encoded_entropy_bits(values: Sequence[np.ndarray], direction: DirectionSpec 
       encoded broadcast or sum sees them (their index salts the noise).
     direction: the encode stage's spec; None encodes nothing.
     seed: the run seed.
+    round_index: the encode stage's round counter (0 for its first encoding);
+      None draws the noise without a round.
 
   Returns:
     The sums over tensors and packed outputs; the alphabet of a b-bit packing
@@ -50,7 +53,9 @@ def encoded_entropy_bits(values: Sequence[np.ndarray], direction: DirectionSpec 
     spec = tf.TensorSpec(value.shape, tf.as_dtype(value.dtype))
     with te_api.noise_key(seed, index):
       encoder = encoder_for(spec, direction)
-    for symbols, bits in te_api.packed_symbols(encoder, tf.constant(value)):
+    with te_api.noise_round(round_index):
+      packed = te_api.packed_symbols(encoder, tf.constant(value))
+    for symbols, bits in packed:
       symbols = np.round(symbols.numpy())
       raw += raw_bits(symbols.size, 2**bits)
       coded += entropy_bits(symbols, 2**bits)

@@ -10,6 +10,7 @@ import tensorflow_federated as tff
 from fedsim.errors import RunFailed, UserError
 from fedsim.backend.computations import NotTensorFlow, tensor_leaves
 from fedsim.backend.mapreduce import map_reduce_form
+from fedsim.compression.encoded_sum import NOISE_ROUND_KEY
 from fedsim.sizing import ClientWireBits
 
 
@@ -68,8 +69,9 @@ def client_wire_bits(process: tff.templates.IterativeProcess,
   value-dependent shape count 0 here (see `type_bits`) and the run adds what
   the round measured (`SizeInfo.round_metrics`).
 
-  The model part of the upload is everything the client hands to the
-  aggregation except what its client-work stage adds besides the update: the
+  The model part of the broadcast is all of it but the round counters of
+  encoded uploads (`NOISE_ROUND_KEY`, 32 bits each). The model part of the
+  upload is everything the client hands to the aggregation except what its client-work stage adds besides the update: the
   training metrics it sums and the update weight (when the aggregation uses
   it). Both come from the compiled computations' types, not a formula.
 
@@ -80,12 +82,16 @@ def client_wire_bits(process: tff.templates.IterativeProcess,
     form = map_reduce_form(process)
   except ValueError as e:
     raise RunFailed(f"cannot compile the process to a MapReduceForm for sizing: {e}") from e
-  broadcast = type_bits(form.prepare.type_signature.result, measured)
+  prepare = form.prepare.type_signature.result
+  broadcast = type_bits(prepare, measured)
+  # An encoded upload's round counter goes down with its encoder parameters.
+  counters = sum(type_bits(leaf) for path, leaf in _named_leaves(prepare)
+                 if path.rsplit("/", 1)[-1] == NOISE_ROUND_KEY)
   uploads = form.work.type_signature.result
   # Slots 1..3 feed secure sums; fedsim's aggregations do not use them, but if
   # an aggregator does, their bits cross the wire too.
   aggregate = sum(type_bits(slot, measured) for slot in uploads)
   extras = sum(type_bits(t) for t in upload_extras_types)
   return ClientWireBits(
-      broadcast=broadcast, broadcast_model=broadcast,
+      broadcast=broadcast, broadcast_model=broadcast - counters,
       aggregate=aggregate, aggregate_model=aggregate - extras)

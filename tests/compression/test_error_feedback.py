@@ -32,8 +32,12 @@ def _local_step(spec):
 
 
 def _server_sum(spec):
+  """The aggregation an `error_feedback: true` encode stage builds (its noise
+  leaves the round out, as the client's own encoding does)."""
+  import dataclasses
   import tensorflow_federated as tff
   from fedsim.compression.mean import build_encoded_sum
+  spec = dataclasses.replace(spec, error_feedback=True)
   return build_encoded_sum(spec, SEED).create(tff.TensorType(np.float32, [N]))
 
 

@@ -109,12 +109,15 @@ def test_fed_avg_sends_the_encoded_form_both_ways(inputs, config, kernel, kernel
   mrf = _map_reduce_form(direction, inputs)
   prepare = mrf.prepare.type_signature.result
   work = mrf.work.type_signature.result[0]
-  assert sorted(tensor_leaves(prepare)) == sorted(kernel + PREPARE_OTHER)
+  # An encoded upload's int32 round counter goes down with its encoder
+  # parameters (the clients fold it into their noise).
+  round_down = [] if config is None else [("int32", ())]
+  assert sorted(tensor_leaves(prepare)) == sorted(kernel + PREPARE_OTHER + round_down)
   assert sorted(tensor_leaves(work)) == sorted(kernel + WORK_OTHER)
   # Besides the kernel: the float32 bias (3,200 bits) and a float32 each way
   # (the learning rate down, the client weight up), plus 192 bits of loss sum
   # and count and example and batch counts up.
-  assert wire_bits(prepare) == kernel_bits + 3_200 + 32
+  assert wire_bits(prepare) == kernel_bits + 3_200 + 32 + 32 * len(round_down)
   assert wire_bits(work) == kernel_bits + 3_200 + 192 + 32
 
 
@@ -158,11 +161,13 @@ def test_every_size_compiles_with_static_encoded_shapes(name):
   # Each rotated value carries its int32[2] seed, both ways; the unweighted
   # mean also sums an int32 count of clients.
   seeds = [("int32", (2,))] * len(padded) if rotate else []
-  assert sorted(tensor_leaves(mrf.prepare.type_signature.result)) == sorted(encoded + seeds)
+  # The mean's int32 round counter goes down too.
+  assert sorted(tensor_leaves(mrf.prepare.type_signature.result)) == sorted(
+      encoded + seeds + [("int32", ())])
   assert sorted(tensor_leaves(mrf.work.type_signature.result[0])) == sorted(
       encoded + seeds + [("int32", ())])
   encoded_bits = sum(-(-p * 8 // 28) * 32 + 64 for p in padded) + 64 * len(seeds)
-  assert wire_bits(mrf.prepare.type_signature.result) == encoded_bits
+  assert wire_bits(mrf.prepare.type_signature.result) == encoded_bits + 32
   assert wire_bits(mrf.work.type_signature.result[0]) == encoded_bits + 32
 
 
@@ -284,7 +289,8 @@ def test_user_registered_encoder_end_to_end(monkeypatch):
   direction = parse_direction({"encoder": "half", "min_magnitude": 0.5, "min_elements": 100},
                               "compression.aggregation")
   mrf = _map_reduce_form(direction)
-  assert wire_bits(mrf.prepare.type_signature.result) == 20_100 * 16 + 32
+  # Down: + the learning rate and the mean's int32 round counter.
+  assert wire_bits(mrf.prepare.type_signature.result) == 20_100 * 16 + 32 + 32
   assert wire_bits(mrf.work.type_signature.result[0]) == 20_100 * 16 + 192 + 32
 
   process = build_encoded_mean(direction, weighted=False).create(VALUE_TYPE)

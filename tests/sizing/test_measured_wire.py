@@ -32,8 +32,9 @@ def _symbols(direction, value, index=0):
   spec = tf.TensorSpec(value.shape, tf.float32)
   with te_api.noise_key(SEED, index):
     encoder = encoder_for(spec, direction)
-  return [(np.round(s.numpy()).astype(np.int64), b)
-          for s, b in te_api.packed_symbols(encoder, tf.constant(value))]
+  with te_api.noise_round(0):   # a sum's first round
+    packed = te_api.packed_symbols(encoder, tf.constant(value))
+  return [(np.round(s.numpy()).astype(np.int64), b) for s, b in packed]
 
 
 @pytest.mark.parametrize("alphabet,n", [(2, 1000), (16, 5000), (256, 20000), (4, 1), (8, 64)])
@@ -120,8 +121,8 @@ def test_a_run_logs_entropy_bits_both_ways(tmp_path, runtime):
   direction = parse_direction({k: v for k, v in stage.items() if k != "name"}, "b")
   packed = math.ceil(640 * 4 / 28) * 32      # the 64 x 10 kernel; the bias goes unencoded
   # Round 2 broadcasts the model round 1 left: the symbols a NumPy entropy
-  # coder would send for it, re-encoded under the run's seed.
-  symbols = encoded_entropy_bits(weights[0], direction, seed=3)
+  # coder would send for it, re-encoded under the run's seed and round index 1.
+  symbols = encoded_entropy_bits(weights[0], direction, seed=3, round_index=1)
   row = result.metrics[1]
   assert row["broadcast_entropy_bits"] == 3 * (per.broadcast - packed + symbols.entropy)
   for row in result.metrics:
