@@ -122,6 +122,8 @@ def run(config: ConfigSource, overrides: Sequence[str] = (), logdir: str | os.Pa
 
   from fedsim.backend import quiet
   quiet.import_tff()  # before any module below imports TF/TFF noisily
+  from fedsim.runtime.inprocess import configure_threads
+  configure_threads(plans[0][1].runtime)  # before TF runs an op; the first run's choice
   from fedsim.experiment.loop import run_rounds
   from fedsim.experiment.simulation import build_simulation
   from fedsim.reporting import create_run_dir, mark_interrupted, write_config

@@ -106,7 +106,7 @@ def _task_model(config: ExperimentConfig, data: FederatedData) -> TaskModel:
   try:
     return build_task_model(config.model, data.input_shape, data.num_classes, config.seed,
                             x_dtype=data.test.x.dtype, label_shape=data.test.y.shape[1:],
-                            pad_label=data.pad_label)
+                            pad_label=data.pad_label, precision=config.runtime.precision)
   except ValueError as e:
     raise UserError(f"model.name: {e}") from None
 

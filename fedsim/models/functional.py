@@ -52,10 +52,15 @@ class TaskModel:
 
 
 def build_task_model(spec: Component, input_shape, num_classes: int, seed: int,
-                     x_dtype=np.float32, label_shape=(), pad_label=None) -> TaskModel:
+                     x_dtype=np.float32, label_shape=(), pad_label=None,
+                     precision: str = "float32") -> TaskModel:
   """Builds the registered model `spec` with weights initialized from `seed`.
 
   Weights come from `spec.params.initial_weights` (an .npz file) instead when set.
+  With `precision` 'bfloat16', `predict` (training) runs a bfloat16 copy of
+  the model on the float32 weights cast down and returns float32 logits, so
+  gradients, updates and optimizers stay float32; `evaluate_predict` stays
+  float32, so accuracy is that of the float32 weights.
 
   Raises:
     UserError: one line naming the model (and layer or file) when it cannot
@@ -72,20 +77,24 @@ def build_task_model(spec: Component, input_shape, num_classes: int, seed: int,
   # Everything that uses the Keras model eagerly comes first: cloning it in a
   # graph (below, and inside TFF) leaves it unusable outside that graph.
   order = _creation_order(keras_model, culprit)
-  x_spec = tf.TensorSpec([None, *input_shape], tf.as_dtype(np.dtype(x_dtype)))
-  try:
-    functional = tff.learning.models.functional_model_from_keras(
-        keras_model, tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        input_spec=(x_spec, tf.TensorSpec([None, *label_shape], tf.int32)))
-  except Exception as e:  # pylint: disable=broad-except
-    raise UserError(f"{culprit}: TFF cannot make a functional model of it"
-                    f" ({type(e).__name__}: {first_line(e)})") from None
+  x_type = tf.as_dtype(np.dtype(x_dtype))
+  train_model, compute = keras_model, tf.float32
+  if precision == "bfloat16":
+    train_model, compute = _in_dtype(keras_model, "bfloat16", culprit), tf.bfloat16
+  functional = _functional(keras_model, input_shape, x_type, label_shape, culprit)
+  trained = functional if train_model is keras_model else _functional(
+      train_model, input_shape, compute if x_type.is_floating else x_type, label_shape,
+      culprit)
 
   def tff_order(trainable):
     return (tuple(trainable[i] for i in order), ())
 
   def predict(trainable, x):
-    return functional.predict_on_batch(tff_order(trainable), x, training=True)
+    if compute == tf.float32:
+      return trained.predict_on_batch(tff_order(trainable), x, training=True)
+    weights = tuple(tf.cast(w, compute) for w in trainable)
+    x = tf.cast(x, compute) if x.dtype.is_floating else x
+    return tf.cast(trained.predict_on_batch(tff_order(weights), x, training=True), tf.float32)
 
   def evaluate_predict(trainable, x):
     return functional.predict_on_batch(tff_order(trainable), x, training=False)
@@ -107,6 +116,37 @@ def build_task_model(spec: Component, input_shape, num_classes: int, seed: int,
       input_shape=tuple(input_shape), num_classes=num_classes,
       x_dtype=np.dtype(x_dtype), label_shape=tuple(label_shape), pad_label=pad_label,
       weight_names=names)
+
+
+def _functional(keras_model, input_shape, x_type, label_shape, culprit: str):
+  """TFF's functional model of `keras_model` (which it clones in a graph)."""
+  x_spec = tf.TensorSpec([None, *input_shape], x_type)
+  try:
+    return tff.learning.models.functional_model_from_keras(
+        keras_model, tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        input_spec=(x_spec, tf.TensorSpec([None, *label_shape], tf.int32)))
+  except Exception as e:  # pylint: disable=broad-except
+    raise UserError(f"{culprit}: TFF cannot make a functional model of it"
+                    f" ({type(e).__name__}: {first_line(e)})") from None
+
+
+def _in_dtype(keras_model, dtype: str, culprit: str):
+  """A copy of `keras_model` (same layers, fresh weights) whose every layer uses `dtype`.
+
+  Its weights are never read: `predict` passes the float32 ones cast down.
+
+  Raises:
+    UserError: the model cannot be rebuilt from its config.
+  """
+  config = keras_model.get_config()
+  for layer in config.get("layers", []):
+    if "dtype" in layer.get("config", {}):
+      layer["config"]["dtype"] = dtype
+  try:
+    return keras_model.__class__.from_config(config)
+  except Exception as e:  # pylint: disable=broad-except
+    raise UserError(f"{culprit}: runtime.precision {dtype} rebuilds the model from its"
+                    f" config, which failed ({type(e).__name__}: {first_line(e)})") from None
 
 
 def _culprit(spec: Component) -> str:

@@ -44,6 +44,16 @@ class RuntimeConfig:
   gpus_per_worker: float = bounded(0.0, min=0, used_with=("name", "ray"))  # Ray's num_gpus
   # Seconds a round (or start-up) may wait for the actors before the run fails.
   timeout_s: float = bounded(1800.0, gt=0, used_with=("name", "ray"))
+  # inprocess/ray. clients: each op on one thread, as many ops at once as
+  # cores, so clients train side by side (a batch's small ops do not scale
+  # across cores, clients do); tensorflow: TF's default pools. Set when a run
+  # starts TensorFlow; a process whose TF already runs keeps its pools.
+  threads: Literal["clients", "tensorflow"] = bounded("clients",
+                                                      used_with=("name", "inprocess", "ray"))
+  # inprocess/ray. bfloat16: forward and backward passes in bfloat16 from
+  # float32 weights; weights, updates, optimizers and sizing stay float32.
+  precision: Literal["float32", "bfloat16"] = bounded(
+      "float32", used_with=("name", "inprocess", "ray"))
   max_concurrent_computation_calls: int = -1  # TFF worker parallelism; -1 = unlimited
 
   def check(self, key: str) -> None:
