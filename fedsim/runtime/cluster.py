@@ -28,7 +28,9 @@ import dataclasses
 import os
 import re
 import socket
+import sys
 import threading
+import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -42,6 +44,7 @@ RESTARTS = 2
 # sent client ids and the server's round input, and return accumulators.
 _LOCAL_OBJECT_STORE_BYTES = 256 * 2**20
 _CONNECT_TIMEOUT_S = 5.0
+_PROBE_S = 5.0  # how often a wait checks that the cluster still answers
 # A run's output stays fedsim's: no usage reporting, no metrics agent (whose
 # absence Ray logs as an error), no warning about a future GPU default.
 _QUIET_RAY = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_enable_metrics_collection": "0",
@@ -143,6 +146,8 @@ class ClusterProcess:
     self._actors: list = []
     self._owned = False   # fedsim started the Ray instance (and stops it)
     self._connected = False
+    self._lost = False    # the GCS stopped answering
+    self._gcs = ""        # HOST:PORT of the cluster's GCS, probed while waiting
     self._lock = threading.Lock()
     atexit.register(self.close)
     self._connect()
@@ -220,7 +225,12 @@ class ClusterProcess:
     """Kills the actors and disconnects; stops a private instance. Idempotent."""
     with self._lock:
       ray = self._ray
-      if self._connected and ray.is_initialized():
+      if self._lost:
+        # Ray's own shutdown would wait for the lost GCS and its teardown then
+        # crashes the process (exit 137/139): leave before it, as a failed run.
+        atexit.unregister(ray.shutdown)
+        atexit.register(_exit_failed)
+      elif self._connected and ray.is_initialized():
         for actor in self._actors:
           try:
             ray.kill(actor, no_restart=True)
@@ -253,6 +263,7 @@ class ClusterProcess:
         raise UserError(f"runtime.address: cannot connect to the Ray cluster at {target}:"
                         f" {_first_line(e)}") from None
     self._connected = True
+    self._gcs = ray.get_runtime_context().gcs_address
 
   def _check_fits(self) -> None:
     """UserError when the cluster cannot hold the workers (they would wait forever)."""
@@ -269,19 +280,34 @@ class ClusterProcess:
                         f" {spec.address} has {have:g}")
 
   def _get(self, refs: list, during: str) -> list:
-    """`ray.get(refs)` bounded by `timeout_s`; Ray's failures as one-line RunFailed."""
+    """`ray.get(refs)` bounded by `timeout_s`; Ray's failures as one-line RunFailed.
+
+    While waiting, the cluster's GCS is probed every `_PROBE_S`: Ray itself
+    would wait out the timeout and then end this process (about 60 s after
+    losing the GCS) without a word.
+    """
     ray = self._ray
+    deadline = time.monotonic() + self._spec.timeout_s
     try:
-      return ray.get(refs, timeout=self._spec.timeout_s)
-    except ray.exceptions.GetTimeoutError:
-      for ref in refs:
-        ray.cancel(ref, force=False)
-      raise RunFailed(f"{during}: the ray workers gave no result within runtime.timeout_s ="
-                      f" {self._spec.timeout_s:g} s") from None
+      while True:
+        left = deadline - time.monotonic()
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=max(0.0, min(left, _PROBE_S)))
+        if len(ready) == len(refs):
+          return ray.get(refs, timeout=max(left, _PROBE_S))
+        if left <= 0:
+          for ref in refs:
+            ray.cancel(ref, force=False)
+          raise RunFailed(f"{during}: the ray workers gave no result within runtime.timeout_s"
+                          f" = {self._spec.timeout_s:g} s")
+        if not _answers(self._gcs):
+          self._lost = True
+          raise RunFailed(f"{during}: lost the ray cluster (its head {self._gcs} stopped"
+                          " answering); completed rounds and checkpoints are kept")
     except ray.exceptions.RayActorError as e:
       worker = _failed_worker(refs, ray)
-      raise RunFailed(f"{during}: ray worker {worker} died (restarted {RESTARTS} times):"
-                      f" {_actor_cause(e)}; resume the run from its last checkpoint") from None
+      raise RunFailed(f"{during}: ray worker {worker} died and was not restarted (at most"
+                      f" {RESTARTS} restarts): {_actor_cause(e)}; the run can resume from its"
+                      " last checkpoint") from None
     except ray.exceptions.RayTaskError as e:
       raise RunFailed(f"{during}: a ray worker failed: {_first_line(e.cause or e)}") from None
     except ray.exceptions.RayError as e:
@@ -333,6 +359,26 @@ def check_address(address: str) -> tuple[str, int] | None:
   if match is None or not 0 < int(match["port"]) < 65536:
     raise UserError(f"runtime.address: '{address}' is not local, auto or HOST:PORT")
   return match["host"].strip("[]"), int(match["port"])
+
+
+def _exit_failed() -> None:
+  """Ends the process with RunFailed's exit code, skipping Ray's teardown."""
+  for stream in (sys.stdout, sys.stderr):
+    try:
+      stream.flush()
+    except (OSError, ValueError):
+      pass
+  os._exit(RunFailed.exit_code)
+
+
+def _answers(address: str) -> bool:
+  """Whether something accepts a TCP connection at HOST:PORT (within a second)."""
+  host, port = address.rsplit(":", 1)
+  try:
+    with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+      return True
+  except OSError:
+    return False
 
 
 def _check_reachable(target: str, configured: str) -> None:

@@ -1,0 +1,204 @@
+"""The `ray` runtime on a two-node Ray cluster on loopback: it equals `inprocess`,
+survives a worker that dies mid-round, reports one that stays dead in one line,
+and leaves no Ray process behind.
+
+One cluster serves the module (Ray nodes take seconds to start on two cores);
+each node has one CPU, so the two workers of a run land on different nodes.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pytest
+
+import fedsim
+from fedsim.errors import RunFailed
+from fedsim.experiment.config.loader import parse_config, plain
+from fedsim.runtime import cluster
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+RAY = str(pathlib.Path(sys.executable).parent / "ray")
+# An actor of `DyingWorker` exits once this file exists, after renaming it (only one can).
+ARMED = "FEDSIM_TEST_DIE_ARMED"
+
+CONFIG = {
+    "name": "ray", "seed": 3, "rounds": 2, "clients_per_round": 4,
+    "data": {"name": "digits", "num_clients": 8, "batch_size": 16},
+    "model": {"name": "logistic"},
+    "algorithm": {"name": "fedavg",
+                  "client_optimizer": {"name": "sgd", "learning_rate": 0.3}},
+    "runtime": {"name": "inprocess", "device": "cpu"},
+}
+EIGHT_BITS = {"aggregation": {"encoder": "uniform", "bits": 8, "min_elements": 1}}
+
+
+class DyingWorker(cluster.ClientWorker):
+  """A worker whose process exits mid-round once, when the test arms it."""
+
+  def run_ids(self, round_num, ids, client_input, zero):
+    armed = os.environ.get(ARMED, "")
+    try:
+      os.rename(armed, armed + ".claimed")  # atomic: one actor of the round claims it
+    except OSError:
+      return super().run_ids(round_num, ids, client_input, zero)
+    os._exit(1)
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def _ours(temp_dir: str) -> list[str]:
+  """Command lines of live processes of the cluster in `temp_dir` (raylet, GCS, ...)."""
+  found = subprocess.run(["pgrep", "-af", temp_dir], capture_output=True, text=True).stdout
+  return [line for line in found.splitlines() if "pgrep" not in line]
+
+
+def _stop(temp_dir: str) -> None:
+  """Ends this cluster's processes by pid (`ray stop` would end every Ray on the machine)."""
+  for sig in (signal.SIGTERM, signal.SIGKILL):
+    for line in _ours(temp_dir):
+      try:
+        os.kill(int(line.split()[0]), sig)
+      except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + 5
+    while _ours(temp_dir) and time.monotonic() < deadline:
+      time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+  """'127.0.0.1:PORT' of a head node and a second node, one CPU each."""
+  temp_dir = tempfile.mkdtemp(prefix="fsray", dir="/tmp")  # short: Ray's socket paths
+  env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0",
+         "RAY_enable_metrics_collection": "0", ARMED: os.path.join(temp_dir, "armed")}
+  port = _free_port()
+  common = ["--num-cpus", "1", "--node-ip-address", "127.0.0.1", "--temp-dir", temp_dir,
+            "--disable-usage-stats"]
+  try:
+    subprocess.run([RAY, "start", "--head", "--port", str(port), "--include-dashboard=false",
+                    *common], env=env, check=True, capture_output=True, timeout=120)
+    subprocess.run([RAY, "start", "--address", f"127.0.0.1:{port}", *common], env=env,
+                   check=True, capture_output=True, timeout=120)
+    yield f"127.0.0.1:{port}", temp_dir
+  finally:
+    _stop(temp_dir)
+  assert _ours(temp_dir) == []
+  workers = subprocess.run(["pgrep", "-f", "ray::(DyingWorker|ClientWorker)"],
+                           capture_output=True, text=True).stdout
+  assert workers == ""
+
+
+def _flat(value) -> list[np.ndarray]:
+  import tensorflow_federated as tff
+  return [np.asarray(v) for v in tff.structure.flatten(
+      tff.structure.from_container(value, recursive=True))]
+
+
+def _assert_close(got, want, exact: bool) -> None:
+  for g, w in zip(_flat(got), _flat(want), strict=True):
+    if exact:
+      np.testing.assert_array_equal(g, w)
+    else:
+      np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_run_on_the_cluster_equals_inprocess(ray_cluster, tmp_path):
+  """fedsim.run on the cluster (FedAvg, no compression) against the rounds the
+  loop plays (every sampled client aggregated) on `inprocess`."""
+  from fedsim.experiment.simulation import RoundClients, build_simulation
+  address, _ = ray_cluster
+  sim = build_simulation(parse_config(CONFIG))
+  state = sim.round_process.initialize()
+  for round_num in (1, 2):
+    clients = RoundClients(sim, round_num, sim.sampler.sample(round_num, 4))
+    state, _ = sim.round_process.next(state, clients)
+  want = [np.asarray(w) for w in sim.algorithm.model_weights(state).trainable]
+  got = fedsim.run({**CONFIG, "runtime": {"name": "ray", "address": address, "workers": 2,
+                                          "device": "cpu"}},
+                   logdir=tmp_path, progress=False)
+  for g, w in zip(got.final_weights, want, strict=True):
+    np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+  assert not np.allclose(want[0], sim.model.initial_weights.trainable[0])
+  assert got.size_info.per_client == sim.wire
+  assert [m["train/num_examples"] for m in got.metrics] == [
+      sum(sim.data.client_size(c) for c in sim.sampler.sample(r, 4)) for r in (1, 2)]
+  import ray
+  assert not ray.is_initialized()  # the run disconnected (and killed its actors)
+
+
+@pytest.fixture(scope="module")
+def on_cluster(ray_cluster):
+  """(inprocess simulation, a ClusterProcess of DyingWorkers of the same config),
+  FedAvg with 8-bit uniform compression of the clients' updates."""
+  from fedsim.experiment.simulation import build_simulation, cluster_worker
+  address, _ = ray_cluster
+  config = parse_config({**CONFIG, "compression": EIGHT_BITS})
+  sim = build_simulation(config)
+  assert sim.wire.aggregate < sim.uncompressed_wire.aggregate  # it does compress
+  process = cluster.ClusterProcess(
+      sim.round_process, functools.partial(cluster_worker, plain(config), "cpu"),
+      cluster.ClusterSpec(address=address, workers=2, device="cpu", timeout_s=300),
+      worker_class=DyingWorker)
+  yield sim, process
+  process.close()
+
+
+def _round(sim, round_num, ids):
+  from fedsim.experiment.simulation import RoundClients
+  return RoundClients(sim, round_num, ids)
+
+
+@pytest.mark.slow
+def test_one_chunk_is_bit_for_bit_inprocess_and_two_chunks_merge_to_it(on_cluster):
+  sim, process = on_cluster
+  state = sim.round_process.initialize()
+  ids = sim.sampler.sample(1, 4)
+  one = _round(sim, 1, ids[:1])   # a single client: one chunk, as inprocess runs it
+  _assert_close(process.next(state, one), sim.round_process.next(state, one), exact=True)
+  four = _round(sim, 1, ids)
+  got, want = process.next(state, four), sim.round_process.next(state, four)
+  _assert_close(got, want, exact=False)
+  assert float(got[1]["client_work"]["num_examples"]) == float(sum(
+      sim.data.client_size(c) for c in ids))  # one epoch over every client's examples
+
+
+@pytest.mark.slow
+def test_a_worker_that_dies_mid_round_is_restarted_and_its_chunk_rerun(on_cluster, ray_cluster):
+  sim, process = on_cluster
+  _, temp_dir = ray_cluster
+  before = process.worker_pids()
+  state = sim.round_process.initialize()
+  clients = _round(sim, 2, sim.sampler.sample(2, 4))
+  pathlib.Path(temp_dir, "armed").touch()
+  got = process.next(state, clients)
+  assert pathlib.Path(temp_dir, "armed.claimed").exists()  # a worker did exit
+  after = process.worker_pids()
+  assert sum(a != b for a, b in zip(after, before)) == 1
+  _assert_close(got, sim.round_process.next(state, clients), exact=False)
+
+
+@pytest.mark.slow
+def test_a_worker_that_stays_dead_fails_the_round_in_one_line(on_cluster):
+  # Runs last on the shared process: it leaves worker 1 dead.
+  sim, process = on_cluster
+  import ray
+  ray.kill(process.actors[1], no_restart=True)
+  state = sim.round_process.initialize()
+  with pytest.raises(RunFailed, match=r"^round 3: ray worker 1 died") as error:
+    process.next(state, _round(sim, 3, sim.sampler.sample(3, 4)))
+  assert "\n" not in str(error.value)
