@@ -14,8 +14,8 @@ after one warm-up round. Driver costs: `merge` of two accumulators and
 `start` + `finish` (prepare, report, update), medians of 50 calls.
 
 `--big N` adds one round of N clients on the largest worker count. `--memory`
-runs one child process per population (`--rss`): the driver's peak RSS while
-playing 2 rounds of 1,000 clients on 2 workers.
+runs one child process per population (`--rss`): the driver's peak RSS
+(VmHWM) while playing 2 rounds of 1,000 clients on 2 workers.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import functools
 import json
 import os
 import pathlib
-import resource
 import statistics
 import subprocess
 import sys
@@ -126,7 +125,15 @@ def rss_row(population: int, per_round: int, rounds: int) -> dict:
   finally:
     process.close()
   return {"population": population, "clients_per_round": per_round,
-          "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+          "peak_rss_mib": _peak_rss_mib()}
+
+
+def _peak_rss_mib() -> float:
+  """This process's peak resident set (VmHWM), MiB. Not ru_maxrss: a child
+  inherits its parent's at fork, so it would report the parent's peak."""
+  with open("/proc/self/status") as f:
+    kib = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+  return kib / 1024
 
 
 def memory_rows(populations, per_round: int = 1000, rounds: int = 2,

@@ -197,9 +197,8 @@ class ClusterProcess:
       count = len(data)
       call = lambda actor, s, e: actor.run_data.remote(*shared, data[s:e])
       during = "a round"
-    calls = [(actor, s, e) for actor, (s, e) in zip(self._actors,
-                                                     chunk_bounds(count, self._spec.workers))
-             if e > s]
+    bounds = chunk_bounds(count, self._spec.workers)
+    calls = [(actor, s, e) for actor, (s, e) in zip(self._actors, bounds) if e > s]
     if not calls:
       return self._local.finish(state, zero)
     parts = self._get([call(*c) for c in calls], during)
