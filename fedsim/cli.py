@@ -113,6 +113,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _summary(result, variant: str | None) -> str:
   from fedsim.reporting import format_bits
+  from fedsim.sizing import varying
   final = result.final
   sizes = result.size_info
   ref_b, ref_a = result.uncompressed_bits_per_client
@@ -124,15 +125,18 @@ def _summary(result, variant: str | None) -> str:
       f"{label}rounds: {len(result.metrics)}"
       + (f", final eval/accuracy {acc:.4f}" if acc is not None else ""),
       f"{label}communicated: broadcast {format_bits(sizes.broadcast_bits)}"
-      f" ({_vs_uncompressed(ref_b, wire.broadcast)}),"
+      f" ({_vs_uncompressed(ref_b, wire.broadcast, varying(result.metrics, 'distributor'))}),"
       f" aggregate {format_bits(sizes.aggregate_bits)}"
-      f" ({_vs_uncompressed(ref_a, wire.aggregate)})",
+      f" ({_vs_uncompressed(ref_a, wire.aggregate, varying(result.metrics, 'aggregation'))})",
   ]
   return "\n".join(lines)
 
 
-def _vs_uncompressed(reference_bits: int, bits: int) -> str:
-  """How a per-client size compares with the same algorithm uncompressed."""
+def _vs_uncompressed(reference_bits: int, bits: int, measured: bool = False) -> str:
+  """How a per-client size compares with the same algorithm uncompressed
+  (`measured`: the size varied with the values, so there is no one ratio)."""
+  if measured:
+    return "sizes vary with the values, measured each round"
   if reference_bits == bits:
     return "uncompressed"
   return f"{reference_bits / bits:.2f}x fewer bits than uncompressed"

@@ -49,6 +49,12 @@ def measured_wire(metrics: Mapping[str, float], prefix: str) -> dict[str, float]
   return out
 
 
+def varying(rows: Sequence[Mapping[str, float]], prefix: str) -> bool:
+  """True if any of a run's metrics rows measured value-dependent bits under `prefix`
+  ('distributor' or 'aggregation'): its per-client size is then not fixed."""
+  return any(measured_wire(row, prefix)["variable_bits"] for row in rows)
+
+
 @dataclasses.dataclass
 class SizeInfo:
   """Per-round bit histories of a run, like TFF's old sizing executor.

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from fedsim.compression import parse_direction
+from fedsim.sizing import varying
 from fedsim.sizing.entropy import entropy_bits, raw_bits
 
 N, SEED = 3000, 7
@@ -132,6 +133,7 @@ def test_a_run_logs_entropy_bits_both_ways(tmp_path, runtime):
                                              + row["aggregation/encode/wire/entropy_bits"])
     assert row["aggregate_entropy_bits"] <= row["aggregate_bits"]
     assert row["broadcast_entropy_bits"] <= row["broadcast_bits"]
+  assert not varying(result.metrics, "aggregation")
   assert result.metrics[-1]["cumulative_aggregate_entropy_bits"] == sum(
       r["aggregate_entropy_bits"] for r in result.metrics)
 
@@ -199,4 +201,5 @@ def test_a_threshold_run_counts_measured_bits_each_round(tmp_path, runtime):
     assert row["aggregate_bits"] == 3 * per.aggregate + up
     uploads.append(up)
   assert uploads[0] != uploads[1]
+  assert varying(result.metrics, "aggregation") and varying(result.metrics, "distributor")
   assert result.size_info.aggregate_history == [r["aggregate_bits"] for r in result.metrics]
