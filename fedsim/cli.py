@@ -94,6 +94,15 @@ def _parser() -> argparse.ArgumentParser:
   compare.add_argument("experiment_dir", metavar="DIR",
                        help="experiment directory holding run directories, e.g. runs/<name>")
 
+  status = sub.add_parser("status", help="what happened to runs: status, round, checkpoint",
+                          description="Print one line per run directory: its status"
+                                      " (running, completed, failed, interrupted) and why,"
+                                      " the last round logged, and the checkpoint a"
+                                      " --resume would continue from.")
+  status.add_argument("path", nargs="?", default="runs", metavar="DIR",
+                      help="a run directory, an experiment directory (runs/<name>) or the"
+                           " log directory (default: runs)")
+
   data = sub.add_parser("data", help="inspect an experiment's federated data",
                         description="Inspect the federated data a config builds.")
   data_sub = data.add_subparsers(dest="data_command", metavar="ACTION")
@@ -205,6 +214,13 @@ def _compare(args) -> int:
   return 0
 
 
+def _status(args) -> int:
+  from fedsim.experiment.status import find_runs, run_status
+  for run_dir in find_runs(args.path):
+    print(run_status(run_dir).line())
+  return 0
+
+
 def _data(args) -> int:
   from fedsim.data.describe import describe
   print(describe(args.config, args.overrides, args.png, variant=args.variant,
@@ -215,7 +231,7 @@ def _data(args) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
   args = _parser().parse_args(argv)
   handlers = {"run": _run, "validate": _validate, "list": _list, "compare": _compare,
-              "data": _data}
+              "status": _status, "data": _data}
   try:
     load_plugins(getattr(args, "plugins", []), os.getcwd(), key="--plugin")
     return handlers[args.command](args)

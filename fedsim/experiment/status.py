@@ -1,0 +1,117 @@
+"""`fedsim status`: what happened to runs, read from their directories only.
+
+A run directory holds its `status` file (running, completed, failed,
+interrupted, with the reason), its metrics.csv and its checkpoints; this reads
+them without TensorFlow and without the run's process, so it answers for a run
+that is still going, one that was killed, or one on another machine's disk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import time
+
+import yaml
+
+from fedsim.errors import UserError
+from fedsim.experiment.checkpoint import latest_checkpoint
+from fedsim.reporting.rundir import read_status
+from fedsim.reporting.sinks import read_metrics_csv
+
+
+@dataclasses.dataclass(frozen=True)
+class RunStatus:
+  """One run directory's state.
+
+  Attributes:
+    run_dir: the directory.
+    status: 'running', 'completed', 'failed', 'interrupted', or 'unknown'
+      when it has no status file.
+    message: why it failed or stopped, from the status file ('' if none).
+    rounds_done: the last round in metrics.csv (0 if none).
+    rounds: the configured number of rounds (None if config.yaml is unreadable).
+    checkpoint: the round of the newest complete checkpoint (None if none):
+      where `fedsim run --resume` continues.
+    idle_seconds: seconds since the run last wrote metrics.csv or its status.
+  """
+
+  run_dir: pathlib.Path
+  status: str
+  message: str
+  rounds_done: int
+  rounds: int | None
+  checkpoint: int | None
+  idle_seconds: float
+
+  def line(self) -> str:
+    """One line: directory, status, progress, resume point, and why."""
+    total = f" of {self.rounds}" if self.rounds is not None else ""
+    parts = [f"{self.run_dir}: {self.status}", f"round {self.rounds_done}{total}"]
+    if self.status != "completed":
+      parts.append(f"checkpoint at round {self.checkpoint}" if self.checkpoint is not None
+                   else "no checkpoint")
+    if self.status == "running":
+      # A killed run cannot update its status: a long silence says so.
+      parts.append(f"last write {_duration(self.idle_seconds)} ago")
+    text = ", ".join(parts)
+    return f"{text}: {self.message}" if self.message else text
+
+
+def run_status(run_dir: str | os.PathLike, now: float | None = None) -> RunStatus:
+  """The state of one run directory (see `RunStatus`).
+
+  Raises:
+    UserError: naming the file, if a checkpoint or metrics.csv is unreadable.
+  """
+  run_dir = pathlib.Path(run_dir)
+  status, message = read_status(run_dir)
+  metrics = run_dir / "metrics.csv"
+  rows = read_metrics_csv(metrics) if metrics.is_file() else []
+  checkpoint = latest_checkpoint(run_dir)
+  written = [p.stat().st_mtime for p in (metrics, run_dir / "status") if p.is_file()]
+  now = time.time() if now is None else now
+  return RunStatus(run_dir=run_dir, status=status or "unknown", message=message,
+                   rounds_done=int(rows[-1]["round"]) if rows else 0,
+                   rounds=_configured_rounds(run_dir),
+                   checkpoint=checkpoint.round_num if checkpoint else None,
+                   idle_seconds=max(0.0, now - max(written)) if written else 0.0)
+
+
+def find_runs(path: str | os.PathLike) -> list[pathlib.Path]:
+  """Run directories at `path`: itself, or those under it (up to two levels:
+  `<logdir>/<name>/<run>`), sorted.
+
+  Raises:
+    UserError: `path` does not exist or holds no run directory.
+  """
+  path = pathlib.Path(path)
+  if not path.is_dir():
+    raise UserError(f"{path}: no such directory")
+  if _is_run(path):
+    return [path]
+  runs = sorted(d for d in (*path.glob("*"), *path.glob("*/*")) if d.is_dir() and _is_run(d))
+  if not runs:
+    raise UserError(f"{path}: no fedsim run directories (with config.yaml) here or below")
+  return runs
+
+
+def _is_run(path: pathlib.Path) -> bool:
+  return (path / "config.yaml").is_file()
+
+
+def _configured_rounds(run_dir: pathlib.Path) -> int | None:
+  try:
+    config = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+    return int(config["rounds"])
+  except (OSError, yaml.YAMLError, TypeError, KeyError, ValueError):
+    return None
+
+
+def _duration(seconds: float) -> str:
+  if seconds < 120:
+    return f"{seconds:.0f} s"
+  if seconds < 7200:
+    return f"{seconds / 60:.0f} min"
+  return f"{seconds / 3600:.1f} h"

@@ -1,0 +1,62 @@
+"""`fedsim status` reads what happened to runs from their directories alone."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import yaml
+
+from fedsim import cli
+from fedsim.experiment import checkpoint as ckpt
+from fedsim.experiment.status import run_status
+
+
+def _run_dir(root, name, status, rounds_logged, checkpoint=None, rounds=5, message=""):
+  run_dir = root / "exp" / name
+  run_dir.mkdir(parents=True)
+  (run_dir / "config.yaml").write_text(yaml.safe_dump({"name": "exp", "rounds": rounds}))
+  if status:
+    (run_dir / "status").write_text(f"{status}\n{message}\n" if message else f"{status}\n")
+  if rounds_logged:
+    lines = ["round,train/loss"] + [f"{r},0.5" for r in range(1, rounds_logged + 1)]
+    (run_dir / "metrics.csv").write_text("\n".join(lines) + "\n")
+  if checkpoint:
+    ckpt.save_checkpoint(run_dir, checkpoint, [np.zeros(2)], 0.0, [1] * checkpoint,
+                         [1] * checkpoint, keep=1)
+  return run_dir
+
+
+def test_one_line_per_run_with_status_round_checkpoint_and_reason(tmp_path, capsys):
+  done = _run_dir(tmp_path, "a", "completed", 5, checkpoint=5)
+  failed = _run_dir(tmp_path, "b", "failed", 3, checkpoint=2,
+                    message="round 4: training diverged (train/loss = nan)")
+  never = _run_dir(tmp_path, "c", "", 0)
+  assert cli.main(["status", str(tmp_path)]) == 0
+  assert capsys.readouterr().out.splitlines() == [
+      f"{done}: completed, round 5 of 5",
+      f"{failed}: failed, round 3 of 5, checkpoint at round 2: round 4: training diverged"
+      " (train/loss = nan)",
+      f"{never}: unknown, round 0 of 5, no checkpoint",
+  ]
+  assert cli.main(["status", str(failed)]) == 0  # one run directory
+  assert capsys.readouterr().out.count("\n") == 1
+
+
+def test_a_running_run_says_how_long_it_has_been_silent(tmp_path):
+  run_dir = _run_dir(tmp_path, "a", "running", 2, checkpoint=2)
+  for name in ("metrics.csv", "status"):
+    os.utime(run_dir / name, (1000.0, 1000.0))
+  line = run_status(run_dir, now=1000.0 + 3 * 3600).line()
+  assert line == f"{run_dir}: running, round 2 of 5, checkpoint at round 2, last write 3.0 h ago"
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda p: p / "missing", "{p}/missing: no such directory"),
+    (lambda p: p, "{p}: no fedsim run directories (with config.yaml) here or below"),
+])
+def test_nothing_to_report_is_one_line_and_exit_2(tmp_path, capsys, make, message):
+  assert cli.main(["status", str(make(tmp_path))]) == 2
+  assert capsys.readouterr().err.splitlines() == [
+      "fedsim: error: " + message.format(p=tmp_path)]
