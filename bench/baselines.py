@@ -1,11 +1,14 @@
-"""The two reference points fedsim's runtimes are measured against.
+"""The reference points fedsim's runtimes are measured against.
 
 * Stock TFF: `tff.learning.algorithms.build_weighted_fed_avg` on a Keras
   model, each client a tf.data dataset, run on TFF's C++ worker.
-* Lower bound: the same local SGD steps in plain TensorFlow, one
-  `tf.function` call per client over pre-batched tensors, weighted mean of
-  the client models on the server. It skips everything a federated runtime
-  adds (metrics, types, serialization), so no runtime can beat it by much.
+* Graph loop (`graph_loop_round`): the best hand-written TensorFlow does for
+  the same round -- every client in one `tf.function`, a `tf.while_loop` over
+  clients around a `tf.while_loop` over their batches, plain SGD on the
+  model written as TF ops, the mean of the client deltas applied by server
+  SGD. It skips everything a federated runtime adds (metrics, types,
+  serialization), so it is the bound fedsim's rounds are held to.
+* Python loop (`lower_bound_round`): one `tf.function` call per client.
 """
 
 from __future__ import annotations
@@ -41,6 +44,100 @@ def stock_tff_round(keras_model_fn: Callable[[], tf.keras.Model], clients, batch
 
   def run_round():
     state[0] = process.next(state[0], datasets).state
+
+  return run_round
+
+
+def mlp_forward(weights, x):
+  """Logits of the Keras `mlp` (Dense layers, ReLU) from its `get_weights()` order."""
+  h = tf.reshape(x, [tf.shape(x)[0], -1])
+  for i in range(0, len(weights) - 2, 2):
+    h = tf.nn.relu(tf.matmul(h, weights[i]) + weights[i + 1])
+  return tf.matmul(h, weights[-2]) + weights[-1]
+
+
+def cnn_forward(weights, x):
+  """Logits of the Keras `cnn` (5x5 'same' convs + ReLU + 2x2 max-pools, dense, dense)."""
+  h = x
+  for i in range(0, len(weights) - 4, 2):
+    h = tf.nn.relu(tf.nn.conv2d(h, weights[i], 1, "SAME") + weights[i + 1])
+    h = tf.nn.max_pool2d(h, 2, 2, "SAME")
+  h = tf.reshape(h, [tf.shape(h)[0], -1])
+  h = tf.nn.relu(tf.matmul(h, weights[-4]) + weights[-3])
+  return tf.matmul(h, weights[-2]) + weights[-1]
+
+
+FORWARD = {"mlp": mlp_forward, "cnn": cnn_forward}
+
+
+def training_flops(keras_model: tf.keras.Model) -> float:
+  """FLOPs of one example's training step: 3 x forward, forward = 2 x MACs.
+
+  MACs count Dense (inputs x units) and Conv2D (output positions x filters
+  x kernel height x width x input channels) layers; the backward pass costs
+  about twice the forward (the gradients w.r.t. inputs and w.r.t. weights),
+  hence 3x. Bias adds, activations, pooling and the loss are left out (well
+  under 1% of these models' arithmetic).
+  """
+  macs = 0
+  for layer in keras_model.layers:
+    if isinstance(layer, tf.keras.layers.Dense):
+      macs += int(layer.kernel.shape[0]) * int(layer.kernel.shape[1])
+    elif isinstance(layer, tf.keras.layers.Conv2D):
+      kh, kw, cin, cout = (int(d) for d in layer.kernel.shape)
+      _, oh, ow, _ = layer.output.shape
+      macs += int(oh) * int(ow) * cout * kh * kw * cin
+  return 3 * 2 * float(macs)
+
+
+def graph_loop_round(forward, initial_weights, packed, client_lr: float, server_lr: float,
+                     compute_dtype=tf.float32) -> Callable[[], None]:
+  """A no-arg function running one FedAvg round as one hand-written TF graph.
+
+  `packed`: per-client dicts of `x [steps, batch, ...]`, `y`, `mask` (as
+  fedsim packs them); every client must have the same number of full
+  batches, as in the benchmark workloads, so the mean of deltas is the
+  example-weighted one. `compute_dtype` bfloat16 runs forward and backward
+  in bfloat16 from float32 weights (the weights, updates and SGD stay
+  float32). The state carries over calls.
+  """
+  if len({c["x"].shape for c in packed}) != 1 or any(c["mask"].min() < 1 for c in packed):
+    raise ValueError("the graph loop assumes equal clients with full batches")
+  x_all = tf.constant(np.stack([c["x"] for c in packed]))
+  y_all = tf.constant(np.stack([c["y"] for c in packed]).astype(np.int32))
+  state = [tuple(tf.constant(w, tf.float32) for w in initial_weights)]
+
+  def batch_gradient(weights, x, y):
+    with tf.GradientTape() as tape:
+      tape.watch(weights)
+      compute = [tf.cast(w, compute_dtype) for w in weights]
+      logits = tf.cast(forward(compute, tf.cast(x, compute_dtype)), tf.float32)
+      loss = tf.reduce_mean(
+          tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+    return tape.gradient(loss, weights)
+
+  @tf.function
+  def round_fn(global_weights, x_all, y_all):
+    num_clients, num_steps = tf.shape(x_all)[0], tf.shape(x_all)[1]
+
+    def client(c, delta_sum):
+      def step(i, weights):
+        grads = batch_gradient(weights, x_all[c, i], y_all[c, i])
+        return i + 1, tuple(w - client_lr * g for w, g in zip(weights, grads))
+
+      _, trained = tf.while_loop(lambda i, _: i < num_steps, step,
+                                 (tf.constant(0), global_weights))
+      return c + 1, tuple(d + (g - t) for d, g, t in zip(delta_sum, global_weights, trained))
+
+    _, delta_sum = tf.while_loop(
+        lambda c, _: c < num_clients, client,
+        (tf.constant(0), tuple(tf.zeros_like(w) for w in global_weights)))
+    count = tf.cast(num_clients, tf.float32)
+    return tuple(w - server_lr * d / count for w, d in zip(global_weights, delta_sum))
+
+  def run_round():
+    state[0] = round_fn(state[0], x_all, y_all)
+    state[0][0].numpy()  # wait for the round, as fedsim's rounds return NumPy
 
   return run_round
 

@@ -6,6 +6,8 @@ import contextlib
 import tempfile
 from typing import Callable
 
+import tensorflow as tf
+
 from fedsim import runtime
 from fedsim.runtime.session import session
 
@@ -24,9 +26,14 @@ SPECS = {
 }
 
 
-def config(name: str, num_clients: int = 10, examples_per_client: int | None = None) -> dict:
+def config(name: str, num_clients: int = 10, examples_per_client: int | None = None,
+           precision: str = "float32") -> dict:
   model, examples, _ = SPECS[name]
-  return {
+  # bfloat16 is an inprocess setting; float32 keeps the default runtime so
+  # that building the workload compiles nothing it may not use.
+  runtime = ({"runtime": {"name": "inprocess", "precision": precision}}
+             if precision != "float32" else {})
+  return {**runtime,
       "name": f"bench-{name}", "seed": 0, "rounds": 1, "clients_per_round": 1,
       "data": {"name": "emnist_synthetic", "num_clients": num_clients,
                "examples_per_client": examples_per_client or examples, "test_examples": 100,
@@ -48,12 +55,19 @@ def tff_session():
 class Workload:
   """One workload's simulation, packed clients and round functions."""
 
-  def __init__(self, name: str, num_clients: int = 10):
+  def __init__(self, name: str, num_clients: int = 10, precision: str = "float32"):
     self.name = name
     self.description = SPECS[name][2]
-    cfg, _ = load_config(config(name, num_clients))
+    self.precision = precision
+    cfg, _ = load_config(config(name, num_clients, precision=precision))
     self.sim = build_simulation(cfg)
-    self._inprocess = None
+    self._inprocess = (self.sim.round_process
+                       if isinstance(self.sim.round_process, inprocess.InProcessProcess) else None)
+
+  def train_flops_per_round(self, count: int | None = None) -> float:
+    """Analytic FLOPs of one round's local training (see `baselines.training_flops`)."""
+    examples = sum(int(self.sim.data.clients[c].y.shape[0]) for c in self.clients(count))
+    return examples * baselines.training_flops(self._keras_model())
 
   def clients(self, count: int | None = None) -> list[str]:
     return list(self.sim.data.client_ids[:count or 10])
@@ -66,7 +80,12 @@ class Workload:
       return baselines.stock_tff_round(self._keras_model, clients, BATCH_SIZE,
                                        CLIENT_LR, SERVER_LR)
     packed = list(client_batches(self.sim, 1, ids).values())
-    if runtime == "lower_bound":
+    if runtime == "graph_loop":
+      dtype = {"float32": tf.float32, "bfloat16": tf.bfloat16}[self.precision]
+      return baselines.graph_loop_round(
+          baselines.FORWARD[self.sim.config.model.name], self.sim.model.initial_weights.trainable,
+          packed, CLIENT_LR, SERVER_LR, dtype)
+    if runtime == "python_loop":
       return baselines.lower_bound_round(self._keras_model(), packed, CLIENT_LR, SERVER_LR)
     if runtime == "local":
       process = self.sim.algorithm.process
