@@ -49,6 +49,10 @@ _PROBE_S = 5.0  # how often a wait checks that the cluster still answers
 # absence Ray logs as an error), no warning about a future GPU default.
 _QUIET_RAY = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_enable_metrics_collection": "0",
               "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# The last line of a Python traceback: 'package.module.SomeError: message'.
+_RAISED = re.compile(r"^(?:[A-Za-z_][\w]*\.)*(?P<kind>[A-Za-z_]\w*(?:Error|Exception|Exit)):"
+                     r" (?P<message>.+)$")
 _ADDRESS = re.compile(r"^(?P<host>[^\s:]+|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})$")
 
 
@@ -304,6 +308,9 @@ class ClusterProcess:
                           " answering); completed rounds and checkpoints are kept")
     except ray.exceptions.RayActorError as e:
       worker = _failed_worker(refs, ray)
+      if during == "start-up":
+        raise RunFailed(f"start-up: ray worker {worker} could not be built:"
+                        f" {_actor_cause(e)}") from None
       raise RunFailed(f"{during}: ray worker {worker} died and was not restarted (at most"
                       f" {RESTARTS} restarts): {_actor_cause(e)}; the run can resume from its"
                       " last checkpoint") from None
@@ -327,8 +334,13 @@ def _failed_worker(refs: list, ray) -> str:
 
 
 def _actor_cause(error) -> str:
-  cause = getattr(error, "cause", None) or error
-  return _first_line(cause)
+  """The error that ended an actor, one line: the Python exception its
+  traceback ends with (e.g. 'UserError: data.path: ...'), else Ray's first line."""
+  text = _ANSI.sub("", str(error))
+  raised = [m for m in map(_RAISED.match, text.splitlines()) if m]
+  if raised:
+    return f"{raised[-1]['kind']}: {raised[-1]['message']}"
+  return _first_line(text)
 
 
 def _first_line(error: BaseException | str) -> str:

@@ -52,3 +52,16 @@ def test_an_address_where_nothing_listens_is_refused_at_once():
 ])
 def test_chunks_are_contiguous_and_cover_the_round(count, workers, bounds):
   assert cluster.chunk_bounds(count, workers) == bounds
+
+
+@pytest.mark.parametrize("text,cause", [
+    ("The actor died because of an error raised in its creation task, \x1b[36mray::"
+     "ClientWorker.__init__()\x1b[39m (pid=1, ip=1.2.3.4)\nTraceback (most recent call last):\n"
+     '  File "x.py", line 3, in build\n    raise UserError("data.path: gone")\n'
+     "fedsim.errors.UserError: data.path: gone",
+     "UserError: data.path: gone"),
+    ("The actor died unexpectedly before finishing this task.\n\tclass_name: ClientWorker",
+     "The actor died unexpectedly before finishing this task."),
+])
+def test_a_dead_workers_cause_is_one_line(text, cause):
+  assert cluster._actor_cause(Exception(text)) == cause
