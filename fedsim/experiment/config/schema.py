@@ -32,7 +32,7 @@ class EvalConfig:
 class RuntimeConfig:
   # local: fedsim's own TFF C++ worker process. inprocess: the compiled round
   # (MapReduceForm) run in this Python process's TensorFlow, GPU-capable.
-  # ray: inprocess's round with its clients split over Ray actors (cluster.py).
+  # ray: inprocess's round with its clients split over Ray actors (fedsim/runtime/cluster/).
   name: Literal["local", "inprocess", "ray"] = "local"
   device: Literal["auto", "cpu", "gpu"] = "auto"  # inprocess/ray; auto = GPU if visible
   # ray only. address: local (a private Ray instance fedsim starts and stops),

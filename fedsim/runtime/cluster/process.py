@@ -1,33 +1,10 @@
-"""The `ray` runtime: a round's clients split over Ray actors, merged on the driver.
-
-The round runs in the phases of its MapReduceForm (see `fedsim.runtime.inprocess`):
-
-    client_input, zero = prepare(state), zero()                      driver
-    acc_w = accumulate over chunk w of the clients: work(data_c, client_input)
-                                                                      actor w
-    acc = merge(...merge(merge(acc_0, acc_1), acc_2)...)             driver, chunk order
-    state', measurements = update(state, report(acc))                driver
-
-Each actor builds its data, model and compiled round once, from the experiment
-config (a worker builder the experiment layer hands in), not from pickled
-TensorFlow objects. When the round's client data knows its client ids and
-round (`ids`, `round_num`), actors are sent only the ids and pack their own
-clients, seeded as the run loop packs them; a plain list of packed clients is
-shipped as it is. Chunks are contiguous runs of the round's clients, one per
-actor, so the result is `inprocess`'s to float rounding (bit for bit with one
-worker).
-
-Ray is imported only here; its private address lookup is used in one place
-(`_auto_address`).
-"""
+"""The driver's side of the `ray` runtime: connect, build the actors, run and merge rounds."""
 
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import os
 import re
-import socket
 import sys
 import threading
 import time
@@ -36,6 +13,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from fedsim.errors import RunFailed, UserError
+from fedsim.runtime.cluster.address import auto_address, answers, check_reachable
+from fedsim.runtime.cluster.worker import ClientWorker, ClusterSpec, chunk_bounds
 
 # Ray restarts a dead actor (which rebuilds itself from the config) and re-runs
 # its chunk this many times before the round fails.
@@ -43,7 +22,6 @@ RESTARTS = 2
 # A private instance (`address: local`) needs little shared memory: actors are
 # sent client ids and the server's round input, and return accumulators.
 _LOCAL_OBJECT_STORE_BYTES = 256 * 2**20
-_CONNECT_TIMEOUT_S = 5.0
 _PROBE_S = 5.0  # how often a wait checks that the cluster still answers
 # A run's output stays fedsim's: no usage reporting, no metrics agent (whose
 # absence Ray logs as an error), no warning about a future GPU default.
@@ -53,67 +31,6 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # The last line of a Python traceback: 'package.module.SomeError: message'.
 _RAISED = re.compile(r"^(?:[A-Za-z_][\w]*\.)*(?P<kind>[A-Za-z_]\w*(?:Error|Exception|Exit)):"
                      r" (?P<message>.+)$")
-_ADDRESS = re.compile(r"^(?P<host>[^\s:]+|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})$")
-
-
-@dataclasses.dataclass(frozen=True)
-class ClusterSpec:
-  """Where and how wide: the `runtime` keys of `name: ray`."""
-
-  address: str = "local"      # local | auto | HOST:PORT
-  workers: int = 2            # actors, one chunk of each round's clients each
-  cpus_per_worker: float = 1.0
-  gpus_per_worker: float = 0.0
-  device: str = "auto"        # TensorFlow device inside each actor
-  timeout_s: float = 1800.0   # bound on start-up and on each round's results
-
-  @classmethod
-  def of(cls, runtime) -> "ClusterSpec":
-    """The spec of a validated `RuntimeConfig`."""
-    return cls(address=runtime.address, workers=runtime.workers,
-               cpus_per_worker=runtime.cpus_per_worker,
-               gpus_per_worker=runtime.gpus_per_worker, device=runtime.device,
-               timeout_s=runtime.timeout_s)
-
-
-def chunk_bounds(count: int, workers: int) -> list[tuple[int, int]]:
-  """`[start, end)` of each worker's contiguous chunk of `count` clients.
-
-  Sizes differ by at most one; with fewer clients than workers some chunks
-  are empty (their workers are not called that round).
-  """
-  return [(w * count // workers, (w + 1) * count // workers) for w in range(workers)]
-
-
-class ClientWorker:
-  """One Ray actor's work: its chunk of a round's clients, from a zero accumulator.
-
-  Plain Python here; `ClusterProcess` makes it a Ray actor class.
-  """
-
-  def __init__(self, build: Callable[[], tuple[Any, Callable[[int, Sequence[str]], list]]],
-               threads: int, workdir: str | None = None):
-    """Builds the compiled round and the packer (`build()`), once per actor life."""
-    if workdir and os.path.isdir(workdir):
-      os.chdir(workdir)  # relative data and plugin paths mean what they meant to the driver
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
-    tf.config.threading.set_inter_op_parallelism_threads(threads)
-    self._process, self._pack = build()
-
-  def pid(self) -> int:
-    """This actor's process id (it changes when Ray restarts the actor)."""
-    return os.getpid()
-
-  def run_ids(self, round_num: int, ids: Sequence[str], client_input, zero) -> list[np.ndarray]:
-    """The accumulator of clients `ids` of round `round_num`, packed here."""
-    return self.run_data(client_input, zero, self._pack(round_num, ids))
-
-  def run_data(self, client_input, zero, client_data: Sequence[Any]) -> list[np.ndarray]:
-    """The accumulator of `client_data` (packed clients, in order) from `zero`."""
-    acc = self._process.run_clients(client_input, zero, client_data)
-    return [np.asarray(a) for a in acc]
-
 
 class ClusterProcess:
   """An `InProcessProcess` whose clients run on Ray actors; same interface.
@@ -258,8 +175,8 @@ class ClusterProcess:
                object_store_memory=_LOCAL_OBJECT_STORE_BYTES, **options)
       self._owned = True
     else:
-      target = _auto_address() if address == "auto" else address
-      _check_reachable(target, address)
+      target = auto_address() if address == "auto" else address
+      check_reachable(target, address)
       try:
         ray.init(address=target, **options)
       except (ConnectionError, RuntimeError) as e:
@@ -302,7 +219,7 @@ class ClusterProcess:
             ray.cancel(ref, force=False)
           raise RunFailed(f"{during}: the ray workers gave no result within runtime.timeout_s"
                           f" = {self._spec.timeout_s:g} s")
-        if not _answers(self._gcs):
+        if not answers(self._gcs):
           self._lost = True
           raise RunFailed(f"{during}: lost the ray cluster (its head {self._gcs} stopped"
                           " answering); completed rounds and checkpoints are kept")
@@ -348,30 +265,6 @@ def _first_line(error: BaseException | str) -> str:
   return text.splitlines()[0] if text else type(error).__name__
 
 
-def _auto_address() -> str:
-  """The address `ray start` left on this machine (or RAY_ADDRESS), for `address: auto`."""
-  from ray._private import services  # pylint: disable=g-import-not-at-top
-  try:
-    return services.canonicalize_bootstrap_address("auto")
-  except ConnectionError:
-    raise UserError("runtime.address: auto, but no Ray cluster was started on this machine"
-                    " (run `ray start --head` or `ray start --address HEAD:6379` first)") from None
-
-
-def check_address(address: str) -> tuple[str, int] | None:
-  """`(host, port)` of a 'HOST:PORT' address; None for 'local' and 'auto'.
-
-  Raises:
-    UserError: anything else.
-  """
-  if address in ("local", "auto"):
-    return None
-  match = _ADDRESS.match(address)
-  if match is None or not 0 < int(match["port"]) < 65536:
-    raise UserError(f"runtime.address: '{address}' is not local, auto or HOST:PORT")
-  return match["host"].strip("[]"), int(match["port"])
-
-
 def _exit_failed() -> None:
   """Ends the process with RunFailed's exit code, skipping Ray's teardown."""
   for stream in (sys.stdout, sys.stderr):
@@ -380,25 +273,3 @@ def _exit_failed() -> None:
     except (OSError, ValueError):
       pass
   os._exit(RunFailed.exit_code)
-
-
-def _answers(address: str) -> bool:
-  """Whether something accepts a TCP connection at HOST:PORT (within a second)."""
-  host, port = address.rsplit(":", 1)
-  try:
-    with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
-      return True
-  except OSError:
-    return False
-
-
-def _check_reachable(target: str, configured: str) -> None:
-  """UserError when nothing listens at `target` (Ray itself would retry for minutes)."""
-  host, port = check_address(target)
-  try:
-    with socket.create_connection((host, port), timeout=_CONNECT_TIMEOUT_S):
-      pass
-  except OSError as e:
-    reason = e.strerror or type(e).__name__
-    shown = configured if configured == target else f"{configured} ({target})"
-    raise UserError(f"runtime.address: no Ray cluster answers at {shown}: {reason}") from None

@@ -1,0 +1,68 @@
+"""A `ray` runtime's worker: the actor class, its chunk of a round, and the runtime's keys."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterSpec:
+  """Where and how wide: the `runtime` keys of `name: ray`."""
+
+  address: str = "local"      # local | auto | HOST:PORT
+  workers: int = 2            # actors, one chunk of each round's clients each
+  cpus_per_worker: float = 1.0
+  gpus_per_worker: float = 0.0
+  device: str = "auto"        # TensorFlow device inside each actor
+  timeout_s: float = 1800.0   # bound on start-up and on each round's results
+
+  @classmethod
+  def of(cls, runtime) -> "ClusterSpec":
+    """The spec of a validated `RuntimeConfig`."""
+    return cls(address=runtime.address, workers=runtime.workers,
+               cpus_per_worker=runtime.cpus_per_worker,
+               gpus_per_worker=runtime.gpus_per_worker, device=runtime.device,
+               timeout_s=runtime.timeout_s)
+
+
+def chunk_bounds(count: int, workers: int) -> list[tuple[int, int]]:
+  """`[start, end)` of each worker's contiguous chunk of `count` clients.
+
+  Sizes differ by at most one; with fewer clients than workers some chunks
+  are empty (their workers are not called that round).
+  """
+  return [(w * count // workers, (w + 1) * count // workers) for w in range(workers)]
+
+
+class ClientWorker:
+  """One Ray actor's work: its chunk of a round's clients, from a zero accumulator.
+
+  Plain Python here; `ClusterProcess` makes it a Ray actor class.
+  """
+
+  def __init__(self, build: Callable[[], tuple[Any, Callable[[int, Sequence[str]], list]]],
+               threads: int, workdir: str | None = None):
+    """Builds the compiled round and the packer (`build()`), once per actor life."""
+    if workdir and os.path.isdir(workdir):
+      os.chdir(workdir)  # relative data and plugin paths mean what they meant to the driver
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+    self._process, self._pack = build()
+
+  def pid(self) -> int:
+    """This actor's process id (it changes when Ray restarts the actor)."""
+    return os.getpid()
+
+  def run_ids(self, round_num: int, ids: Sequence[str], client_input, zero) -> list[np.ndarray]:
+    """The accumulator of clients `ids` of round `round_num`, packed here."""
+    return self.run_data(client_input, zero, self._pack(round_num, ids))
+
+  def run_data(self, client_input, zero, client_data: Sequence[Any]) -> list[np.ndarray]:
+    """The accumulator of `client_data` (packed clients, in order) from `zero`."""
+    acc = self._process.run_clients(client_input, zero, client_data)
+    return [np.asarray(a) for a in acc]
