@@ -20,6 +20,7 @@ iteration slices its client back out, so `work` sees exactly the input the
 
 from __future__ import annotations
 
+import itertools
 import os
 from typing import Any, Sequence
 
@@ -215,7 +216,8 @@ class InProcessProcess:
         return finish_graph(state, clients_graph(client_input, acc, data, offsets))
 
     self._start, self._clients, self._merge, self._finish = start, clients, merged, finish
-    self._round = whole_round
+    # Its one trace, called directly: skips tf.function's dispatch (~0.5 ms a round).
+    self._round = whole_round.get_concrete_function()
 
   def initialize(self) -> Any:
     """The initial server state, as `process.initialize()` returns it."""
@@ -225,12 +227,16 @@ class InProcessProcess:
 
   def next(self, state: Any, client_data: Sequence[Any]) -> tuple[Any, Any]:
     """One round: `(new_state, measurements)`, as `process.next` returns them."""
-    chunks = list(self._chunks(client_data))
-    if len(chunks) == 1:
-      leaves = self._round(tuple(self._state_leaves(state)), *self._concatenate(chunks[0]))
+    # Two chunks ahead at most: `client_data` may pack its clients as they are
+    # read (RoundClients), so each is read once and 10,000 are never held at once.
+    chunks = self._chunks(client_data)
+    ahead = list(itertools.islice(chunks, 2))
+    if len(ahead) == 1:
+      leaves = self._round(tuple(self._state_leaves(state)), *self._concatenate(ahead[0]))
       return computations.pack(leaves, self._result_type)
     client_input, acc = self.start(state)
-    acc = self.run_clients(client_input, acc, client_data)
+    for chunk in itertools.chain(ahead, chunks):
+      acc = self._clients(tuple(client_input), tuple(acc), *self._concatenate(chunk))
     return self.finish(state, acc)
 
   # The round in the MapReduceForm's phases, for runtimes that spread the
