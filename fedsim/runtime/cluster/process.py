@@ -78,7 +78,8 @@ class ClusterProcess:
           num_cpus=spec.cpus_per_worker, num_gpus=spec.gpus_per_worker,
           max_restarts=RESTARTS, max_task_retries=RESTARTS, scheduling_strategy="SPREAD")
       threads = max(1, int(spec.cpus_per_worker))
-      self._actors = [actor_class.remote(build_worker, threads, os.getcwd())
+      self._actors = [actor_class.remote(build_worker, threads, os.getcwd(),
+                                         spec.threads == "clients")
                       for _ in range(spec.workers)]
       self._get([a.pid.remote() for a in self._actors], "start-up")  # built, or why not
     except BaseException:

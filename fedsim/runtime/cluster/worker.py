@@ -19,6 +19,7 @@ class ClusterSpec:
   gpus_per_worker: float = 0.0
   device: str = "auto"        # TensorFlow device inside each actor
   timeout_s: float = 1800.0   # bound on start-up and on each round's results
+  threads: str = "clients"    # runtime.threads: clients (one thread per op) | tensorflow
 
   @classmethod
   def of(cls, runtime) -> "ClusterSpec":
@@ -26,7 +27,7 @@ class ClusterSpec:
     return cls(address=runtime.address, workers=runtime.workers,
                cpus_per_worker=runtime.cpus_per_worker,
                gpus_per_worker=runtime.gpus_per_worker, device=runtime.device,
-               timeout_s=runtime.timeout_s)
+               timeout_s=runtime.timeout_s, threads=runtime.threads)
 
 
 def chunk_bounds(count: int, workers: int) -> list[tuple[int, int]]:
@@ -45,12 +46,17 @@ class ClientWorker:
   """
 
   def __init__(self, build: Callable[[], tuple[Any, Callable[[int, Sequence[str]], list]]],
-               threads: int, workdir: str | None = None):
-    """Builds the compiled round and the packer (`build()`), once per actor life."""
+               threads: int, workdir: str | None = None, one_thread_ops: bool = True):
+    """Builds the compiled round and the packer (`build()`), once per actor life.
+
+    TensorFlow gets `threads` (the actor's CPUs) for ops run at once, and
+    one thread per op with `one_thread_ops` (`runtime.threads: clients`) or
+    `threads` per op too (`tensorflow`).
+    """
     if workdir and os.path.isdir(workdir):
       os.chdir(workdir)  # relative data and plugin paths mean what they meant to the driver
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_intra_op_parallelism_threads(1 if one_thread_ops else threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
     self._process, self._pack = build()
 
