@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections.abc
 import types
 
 import numpy as np
@@ -122,3 +123,37 @@ def test_a_run_over_clients_built_on_demand_equals_one_over_clients_built_up_fro
   lazy, built = ([{k: v for k, v in row.items() if k not in drop} for row in r] for r in runs)
   assert lazy == built
   assert lazy[-1]["eval_clients/num_clients"] > 0 and lazy[-1]["clients/late"] == 2
+
+
+class _Counted(collections.abc.Sequence):
+  """Clients that count how often each is read (as RoundClients packs on every read)."""
+
+  def __init__(self, clients):
+    self.clients, self.reads = clients, [0] * len(clients)
+
+  def __len__(self):
+    return len(self.clients)
+
+  def __getitem__(self, i):
+    self.reads[i] += 1
+    return self.clients[i]
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 2**26], ids=["chunk_per_client", "one_chunk"])
+def test_inprocess_reads_each_lazy_client_once_and_equals_a_list(chunk_bytes):
+  from fedsim.runtime import inprocess
+  from tests.learning import builders
+  alg = builders.algorithm("fedavg", {"client_optimizer": {"name": "sgd", "learning_rate": 0.4}},
+                           builders.task_model(num_classes=2))
+  process = inprocess.InProcessProcess(alg.process, "cpu", chunk_bytes=chunk_bytes)
+  rng = np.random.default_rng(0)
+  clients = [{"x": rng.normal(size=(n, 2, 3)).astype(np.float32),
+              "y": rng.integers(0, 2, (n, 2)).astype(np.int32),
+              "mask": np.ones((n, 2), np.float32)} for n in (2, 1, 3, 2)]
+  state = process.initialize()
+  counted = _Counted(clients)
+  lazy, _ = process.next(state, counted)
+  assert counted.reads == [1, 1, 1, 1]
+  eager, _ = process.next(state, list(clients))
+  for got, want in zip(alg.model_weights(lazy).trainable, alg.model_weights(eager).trainable):
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
