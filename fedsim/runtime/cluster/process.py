@@ -120,10 +120,11 @@ class ClusterProcess:
       call = lambda actor, s, e: actor.run_data.remote(*shared, data[s:e])
       during = "a round"
     bounds = chunk_bounds(count, self._spec.workers)
-    calls = [(actor, s, e) for actor, (s, e) in zip(self._actors, bounds) if e > s]
+    calls = [(w, s, e) for w, (s, e) in enumerate(bounds) if e > s]
     if not calls:
       return self._local.finish(state, zero)
-    parts = self._get([call(*c) for c in calls], during)
+    parts = self._get([call(self._actors[w], s, e) for w, s, e in calls], during,
+                      [w for w, _, _ in calls])
     acc = parts[0]
     for part in parts[1:]:  # fixed (chunk) order: the same sum every time
       acc = self._local.merge(acc, part)
@@ -200,7 +201,7 @@ class ClusterProcess:
                         f" need {spec.workers * per:g} {resource}s; the cluster at"
                         f" {spec.address} has {have:g}")
 
-  def _get(self, refs: list, during: str) -> list:
+  def _get(self, refs: list, during: str, workers: list[int] | None = None) -> list:
     """`ray.get(refs)` bounded by `timeout_s`; Ray's failures as one-line RunFailed.
 
     While waiting, the cluster's GCS is probed every `_PROBE_S`: Ray itself
@@ -225,7 +226,7 @@ class ClusterProcess:
           raise RunFailed(f"{during}: lost the ray cluster (its head {self._gcs} stopped"
                           " answering); completed rounds and checkpoints are kept")
     except ray.exceptions.RayActorError as e:
-      worker = _failed_worker(refs, ray)
+      worker = _failed_worker(refs, ray, workers or list(range(len(refs))))
       if during == "start-up":
         raise RunFailed(f"start-up: ray worker {worker} could not be built:"
                         f" {_actor_cause(e)}") from None
@@ -239,13 +240,13 @@ class ClusterProcess:
                       f" {_first_line(e)})") from None
 
 
-def _failed_worker(refs: list, ray) -> str:
-  """'i' of the first call whose actor died (by chunk order), for the message."""
-  for i, ref in enumerate(refs):
+def _failed_worker(refs: list, ray, workers: list[int]) -> str:
+  """The worker (chunk) index of the first call whose actor died, for the message."""
+  for worker, ref in zip(workers, refs):
     try:
       ray.get(ref, timeout=0)
     except ray.exceptions.RayActorError:
-      return str(i)
+      return str(worker)
     except Exception:  # pylint: disable=broad-except
       continue
   return "?"
