@@ -74,7 +74,7 @@ def _stop(temp_dir: str) -> None:
         os.kill(int(line.split()[0]), sig)
       except ProcessLookupError:
         pass
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 2  # Ray's agents ignore SIGTERM: SIGKILL follows
     while _ours(temp_dir) and time.monotonic() < deadline:
       time.sleep(0.2)
 
