@@ -1,7 +1,8 @@
 """Runs of one variant under several seeds: grouping, means and 95% intervals.
 
 Runs belong together when their resolved configs are equal except for
-`seed` (what `seeds: [...]` produces). The interval is Student's t over
+`seed` and `seeds` (what `seeds: [...]` or `--seeds` produces: a seed run
+later with `--seeds 3,4` joins the runs of seeds 0-2). The interval is Student's t over
 seeds: mean +- t(0.975, n - 1) * s / sqrt(n), with s the sample standard
 deviation (ddof 1) of the n seeds' values; it needs n >= 2.
 """
@@ -41,7 +42,8 @@ def mean_interval(values: Sequence[float]) -> tuple[float, float | None]:
 
 
 def _key(config: Mapping[str, Any]) -> str:
-  rest = {k: v for k, v in config.items() if k != "seed"}
+  # `seeds` lists the seeds of the command that made the run, not what it computed.
+  rest = {k: v for k, v in config.items() if k not in ("seed", "seeds")}
   return json.dumps(rest, sort_keys=True, default=str)
 
 

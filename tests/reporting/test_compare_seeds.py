@@ -18,10 +18,11 @@ PLAIN = {0: [0.50, 0.71], 1: [0.55, 0.74], 2: [0.42, 0.69]}
 QUANTIZED = {0: [0.40, 0.60], 1: [0.52, 0.66], 2: [0.47, 0.70]}
 
 
-def _write(root, name, seed, accuracies, per_client_bits, compression=None, status="completed"):
+def _write(root, name, seed, accuracies, per_client_bits, compression=None, status="completed",
+           seeds=(0, 1, 2)):
   run_dir = root / name
   run_dir.mkdir(parents=True)
-  config = {"name": root.name, "seed": seed, "seeds": [0, 1, 2],
+  config = {"name": root.name, "seed": seed, "seeds": list(seeds),
             "model": {"name": "mlp"}, "algorithm": {"name": "fedavg"}}
   if compression is not None:
     config["compression"] = compression
@@ -82,6 +83,16 @@ def test_band_curves_are_mean_and_interval_per_round(experiment):
   bits, _, _ = curve(groups["uniform8"], "bits")
   # Broadcast 1000 a round; the seeds aggregate 200, 210 and 220 a round.
   np.testing.assert_allclose(bits, [1000 + 210, 2 * (1000 + 210)])
+
+
+def test_seeds_run_by_a_later_command_join_the_variant(tmp_path):
+  """`--seeds 0` then `--seeds 1,2`: one variant of three seeds, not two groups."""
+  root = tmp_path / "later"
+  _write(root, "plain-seed0", 0, PLAIN[0], 1000, seeds=(0,))
+  for seed in (1, 2):
+    _write(root, f"plain-seed{seed}", seed, PLAIN[seed], 1000, seeds=(1, 2))
+  (row,) = compare_seeds(root)
+  assert row["variant"] == "plain" and list(row["seeds"]) == [0, 1, 2]
 
 
 def test_rerun_of_a_seed_keeps_the_completed_run_and_lists_the_other(experiment):
