@@ -6,7 +6,7 @@ Builds `emnist_synthetic` with POPULATION clients x 100 examples (generated
 on demand), runs ROUNDS (default 3) rounds of CLIENTS_PER_ROUND (default 100)
 sampled clients on `inprocess` the way the run loop does (a lazy
 `RoundClients`), and prints one JSON line: population, clients_per_round,
-peak_rss_mib (ru_maxrss of this process), rss_mib (resident at the end),
+peak_rss_mib (VmHWM of this process), rss_mib (resident at the end),
 data_mib (client examples the dataset holds in memory at the end: its LRU
 cache) and eager_mib (what holding every client's examples would take).
 Each population runs in its own process, so one's peak cannot hide another's.
@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import resource
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -30,10 +29,13 @@ from fedsim.runtime import inprocess  # noqa: E402
 MIB = 2**20
 
 
-def resident_mib() -> float:
-  """This process's resident set now (VmRSS), MiB."""
+def status_mib(field: str) -> float:
+  """A memory line of /proc/self/status (VmRSS: resident now, VmHWM: its peak), MiB.
+
+  VmHWM rather than ru_maxrss: a child's ru_maxrss can carry its parent's peak.
+  """
   with open("/proc/self/status") as f:
-    kib = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    kib = next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
   return kib / 1024
 
 
@@ -57,8 +59,8 @@ def main() -> None:
   eager = sum(sim.data.client_size(c) for c in sim.data.client_ids) * example_bytes
   print(json.dumps({
       "population": population, "clients_per_round": per_round,
-      "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-      "rss_mib": resident_mib(), "data_mib": held_mib(sim.data.clients),
+      "peak_rss_mib": status_mib("VmHWM"), "rss_mib": status_mib("VmRSS"),
+      "data_mib": held_mib(sim.data.clients),
       "eager_mib": eager / MIB}))
 
 

@@ -317,12 +317,15 @@ def generated_clients(num_clients: int, generate: Callable[[int], Examples], *,
     max_examples_per_client: cap, or None.
     seed: the run seed (for the cap's stream).
   """
-  ids = client_ids(num_clients)
-  index = {cid: i for i, cid in enumerate(ids)}
+  def index(client_id: str) -> int:
+    # "client_0042" -> 42; LazyClients has checked the id is one of `ids`.
+    return int(client_id.rsplit("_", 1)[1])
+
   return LazyClients(
-      ids, lambda cid: generate(index[cid]), max_examples_per_client=max_examples_per_client,
-      seed=seed, size=lambda cid: size(index[cid]),
-      labels=None if labels is None else (lambda cid: labels(index[cid])))
+      client_ids(num_clients), lambda cid: generate(index(cid)),
+      max_examples_per_client=max_examples_per_client, seed=seed,
+      size=lambda cid: size(index(cid)),
+      labels=None if labels is None else (lambda cid: labels(index(cid))))
 
 
 class _HeldOut(Mapping[str, Examples]):
