@@ -229,7 +229,7 @@ class TensorBoardSink:
     """Writes one scalar per metric at step `round_num` and flushes.
 
     Raises:
-      OSError: naming the log directory, if the events cannot be written.
+      OSError: naming the events file, if the events cannot be written.
     """
     try:
       with self._writer.as_default(step=int(round_num)):
@@ -238,7 +238,14 @@ class TensorBoardSink:
             self._tf.summary.scalar(name, float(value))
       self._writer.flush()
     except self._tf.errors.OpError as e:
-      raise os_error_from_tf(e, self._log_dir) from None
+      raise os_error_from_tf(e, self._events_file()) from None
+
+  def _events_file(self) -> str:
+    """The file this writer appends to (TF does not say): the newest events
+    file in the log directory, or the directory before one exists."""
+    found = sorted(pathlib.Path(self._log_dir).glob("events.out.tfevents.*"),
+                   key=lambda p: p.stat().st_mtime)
+    return os.fspath(found[-1]) if found else self._log_dir
 
   def close(self) -> None:
     """Flushes and closes the writer. Raises OSError as `write`."""
