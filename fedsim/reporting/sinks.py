@@ -252,7 +252,7 @@ class TensorBoardSink:
     try:
       self._writer.close()
     except self._tf.errors.OpError as e:
-      raise os_error_from_tf(e, self._log_dir) from None
+      raise os_error_from_tf(e, self._events_file()) from None
 
 
 class CompositeSink:
