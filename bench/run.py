@@ -119,30 +119,18 @@ def fp32_peak() -> tuple[float, str]:
   return peak, how
 
 
-def scaling_table(counts, rounds, log) -> list[dict]:
-  bench = workloads.Workload("W2", num_clients=max(counts))
-  rows = []
-  for count in counts:
-    n = rounds if count < 1000 else max(3, rounds // 2)
-    ms = median_ms(bench.round_fn("inprocess", count), n, 1)
-    rows.append({"clients": count, "ms": ms, "rounds": n})
-    log(f"  W2 inprocess {count} clients/round: {ms:.0f} ms/round")
-  return rows
+def scaling_table(counts, log) -> list[dict]:
+  """Round time at each clients-per-round count, as the loop plays rounds (clients
+  generated and packed lazily: 10,000 a round are never held at once); see
+  bench/scaling.py."""
+  import scaling  # noqa: E402  (bench/scaling.py)
+  return scaling.scaling_rows(counts, max(max(counts), 1000), log)
 
 
 def peak_rss(populations, log) -> list[dict]:
-  rows = []
-  for population in populations:
-    child = subprocess.run(
-        [sys.executable, str(HERE / "population.py"), str(population)],
-        capture_output=True, text=True, timeout=600, check=False)
-    if child.returncode != 0:
-      raise RuntimeError(f"population.py {population} failed:\n{child.stderr[-2000:]}")
-    row = json.loads(child.stdout.strip().splitlines()[-1])
-    rows.append(row)
-    log(f"  population {population}: peak RSS {row['peak_rss_mib']:.0f} MiB"
-        f" (client data {row['data_mib']:.0f} MiB)")
-  return rows
+  """Peak RSS of a W2 run over each population, each in its own child process."""
+  import scaling  # noqa: E402
+  return scaling.memory_rows(populations, log)
 
 
 def machine() -> str:
@@ -201,21 +189,18 @@ def markdown(rows, scaling, memory, runtimes, host, args, peak) -> str:
             " multiply-accumulate of the Dense and Conv2D layers; forward + backward ~ 3x"
             " forward); the same count for bfloat16 rows.",
             f"FP32 peak: {peak_how}.", ""]
-  if scaling:
-    base = scaling[0]
-    out += ["## Scaling (W2 clients, `inprocess`)", "",
-            "| clients/round | ms/round | ms/client | rounds timed |", "|---|---|---|---|"]
-    out += [f"| {r['clients']} | {r['ms']:.0f} | {r['ms'] / r['clients']:.2f} | {r['rounds']} |"
-            for r in scaling]
-    out += ["", f"ms per client relative to {base['clients']} clients/round: " + ", ".join(
-        f"{r['clients']}: {r['ms'] / r['clients'] / (base['ms'] / base['clients']):.2f}x"
-        for r in scaling), ""]
-  if memory:
-    out += ["## Peak memory vs population (W2 clients, `inprocess`)", "",
-            "| population | peak RSS (MiB) | client data held (MiB) |", "|---|---|---|"]
-    out += [f"| {r['population']} | {r['peak_rss_mib']:.0f} | {r['data_mib']:.0f} |"
-            for r in memory]
-    out.append("")
+  if scaling or memory:
+    import scaling as scaling_bench  # noqa: E402
+    if scaling:
+      base = scaling[0]
+      out += ["## Scaling (W2 clients, `inprocess`, lazily generated and packed)", "",
+              scaling_bench.markdown(scaling, []),
+              f"ms per client relative to {base['clients']} clients/round: " + ", ".join(
+                  f"{r['clients']:,}: {r['ms_per_client'] / base['ms_per_client']:.2f}x"
+                  for r in scaling), ""]
+    if memory:
+      out += ["## Peak memory vs population (W2 clients, `inprocess`)", "",
+              scaling_bench.markdown([], memory)]
   out += goals(rows, runtimes, peak_gflops)
   return "\n".join(out)
 
@@ -246,10 +231,10 @@ def main(argv=None) -> int:
                       help=f"comma-separated, of {', '.join(RUNTIMES)}")
   parser.add_argument("--rounds", type=int, default=10)
   parser.add_argument("--warmup", type=int, default=2)
-  parser.add_argument("--scaling", default="10,100,1000",
+  parser.add_argument("--scaling", default="10,100,1000,10000",
                       help="clients per round for the scaling rows")
   parser.add_argument("--no-scaling", action="store_true")
-  parser.add_argument("--populations", default="100,3400")
+  parser.add_argument("--populations", default="1000,100000")
   parser.add_argument("--no-memory", action="store_true")
   parser.add_argument("--quick", action="store_true",
                       help="3 rounds, 1 warm-up, scaling 10/100, no memory test")
@@ -276,7 +261,7 @@ def main(argv=None) -> int:
     rows = round_table([w for w in args.workloads.split(",") if w], runtimes,
                        args.rounds, args.warmup, log)
   scaling = [] if args.no_scaling else scaling_table(
-      [int(c) for c in args.scaling.split(",")], args.rounds, log)
+      [int(c) for c in args.scaling.split(",")], log)
   memory = [] if args.no_memory else peak_rss(
       [int(p) for p in args.populations.split(",")], log)
   text = markdown(rows, scaling, memory, runtimes, host, args, peak)
