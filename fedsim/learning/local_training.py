@@ -49,29 +49,42 @@ def batch_loss(predict: Callable, weights: Weights, x, y, mask, pad_label=None):
   loss is the token-weighted mean: every real token weighs the same,
   whatever the length of its sequence.
   """
-  logits = predict(weights, x)
   labels = tf.cast(y, tf.int32)
-  per_position = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-  correct_positions = tf.cast(
-      tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32)
   real = _target_mask(labels, mask, pad_label)
-  extra_axes = list(range(1, len(per_position.shape)))
+  extra_axes = list(range(1, len(real.shape)))
   num_targets = tf.reduce_sum(real)
   has_target = (tf.cast(tf.reduce_sum(real, axis=extra_axes) > 0, tf.float32)
                 if extra_axes else real)
+  loss, loss_sum, correct = _masked_loss(predict, weights, x, labels, real, num_targets)
+  return loss, BatchStats(loss_sum, correct, tf.reduce_sum(has_target), num_targets)
+
+
+def _masked_loss(predict, weights, x, labels, real, num_targets):
+  """`(mean loss, loss sum, targets predicted right)` over the targets `real` (1.0 each).
+
+  `num_targets` is `reduce_sum(real)`, passed in so that callers can compute it
+  for all batches at once.
+  """
+  logits = predict(weights, x)
+  per_position = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+  correct_positions = tf.cast(
+      tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32)
   loss_sum = tf.reduce_sum(per_position * real)
-  stats = BatchStats(loss_sum, tf.reduce_sum(correct_positions * real),
-                     tf.reduce_sum(has_target), num_targets)
-  return loss_sum / tf.maximum(num_targets, 1.0), stats
+  return (loss_sum / tf.maximum(num_targets, 1.0), loss_sum,
+          tf.reduce_sum(correct_positions * real))
 
 
 def _target_mask(labels, mask, pad_label):
-  """1.0 where a label is a target: a real row and, in sequences, not padding."""
+  """1.0 where a label is a target: a real row and, in sequences, not padding.
+
+  `mask` has the leading axes of `labels` (batch, or steps and batch); labels
+  may have more (sequence positions).
+  """
   real = tf.cast(mask, tf.float32)
-  for _ in range(len(labels.shape) - 1):
+  for _ in range(len(labels.shape) - len(mask.shape)):
     real = real[..., None]
   real = real * tf.ones_like(labels, tf.float32)
-  if pad_label is not None and len(labels.shape) > 1:
+  if pad_label is not None and len(labels.shape) > len(mask.shape):
     real = real * tf.cast(tf.not_equal(labels, pad_label), tf.float32)
   return real
 
@@ -91,9 +104,15 @@ def add_stats(a: BatchStats, b: BatchStats) -> BatchStats:
 
 def batch_gradient(predict, weights, x, y, mask, extra_gradient=None, pad_label=None):
   """Gradient of the batch's mean loss w.r.t. `weights` (+ `extra_gradient(weights)`)."""
+  return _gradient(lambda w: batch_loss(predict, w, x, y, mask, pad_label), weights,
+                   extra_gradient)
+
+
+def _gradient(loss_fn, weights, extra_gradient):
+  """`(gradient of loss, aux)` for `loss_fn(weights) -> (loss, aux)`, dense, + extra."""
   with tf.GradientTape() as tape:
     tape.watch(weights)
-    loss, stats = batch_loss(predict, weights, x, y, mask, pad_label)
+    loss, stats = loss_fn(weights)
   grads = tape.gradient(loss, weights)
   # Dense: an embedding's gradient arrives as IndexedSlices, which windows and
   # optimizers would have to special-case.
@@ -222,27 +241,62 @@ def _train_per_batch(predict, optimizer, weights, optimizer_state, batches, extr
   """`train` when each batch with a target is one optimizer step (the default).
 
   The same numbers as the window (a window of one pass divided by 1 is the
-  batch gradient), in one condition per batch instead of two: the round's
-  time on small models is mostly per-op cost, not arithmetic.
+  batch gradient) with less per-batch work: the round's time on small models
+  is mostly per-op cost, not arithmetic. The targets of every batch are
+  counted once per client; when each batch has one (the usual case) the loop
+  runs without a per-batch condition and sums only loss and accuracy per batch.
   """
-  def step(i, weights, opt_state, stats, applied):
-    x, y, mask = batches["x"][i], batches["y"][i], batches["mask"][i]
+  labels = tf.cast(batches["y"], tf.int32)
+  real = _target_mask(labels, batches["mask"], pad_label)  # [steps, batch, ...]
+  step_targets = tf.reduce_sum(real, axis=list(range(1, len(real.shape))))
+  example_axes = list(range(2, len(real.shape)))
+  num_examples = tf.reduce_sum(
+      tf.cast(tf.reduce_sum(real, axis=example_axes) > 0, tf.float32)
+      if example_axes else real)
 
-    def update():
-      grads, batch_stats = batch_gradient(predict, weights, x, y, mask, extra_gradient,
-                                          pad_label)
+  def every_batch():
+    def step(i, weights, opt_state, loss_sum, correct):
+      grads, (batch_sum, batch_correct) = _gradient(
+          lambda w: _split_loss(_masked_loss(predict, w, batches["x"][i], labels[i], real[i],
+                                             step_targets[i])),
+          weights, extra_gradient)
       new_state, new_weights = optimizer.next(opt_state, weights, grads)
-      return tuple(new_weights), new_state, add_stats(stats, batch_stats), applied + 1.0
+      return i + 1, tuple(new_weights), new_state, loss_sum + batch_sum, correct + batch_correct
 
-    weights, opt_state, stats, applied = tf.cond(
-        num_targets(y, mask, pad_label) > 0, update,
-        lambda: (weights, opt_state, stats, applied))
-    return i + 1, weights, opt_state, stats, applied
+    _, new_weights, new_state, loss_sum, correct = tf.while_loop(
+        lambda i, *_: i < num_steps, step,
+        (tf.constant(0), weights, optimizer_state, tf.constant(0.0), tf.constant(0.0)))
+    stats = BatchStats(loss_sum, correct, num_examples, tf.reduce_sum(step_targets))
+    return new_weights, new_state, stats, tf.cast(num_steps, tf.float32)
 
-  _, weights, optimizer_state, stats, applied = tf.while_loop(
-      lambda i, *_: i < num_steps, step,
-      (tf.constant(0), weights, optimizer_state, zero_stats(), tf.constant(0.0)))
-  return TrainResult(weights, optimizer_state, stats, empty_window(weights), applied)
+  def some_skipped():
+    def step(i, weights, opt_state, stats, applied):
+      x, y, mask = batches["x"][i], batches["y"][i], batches["mask"][i]
+
+      def update():
+        grads, batch_stats = batch_gradient(predict, weights, x, y, mask, extra_gradient,
+                                            pad_label)
+        new_state, new_weights = optimizer.next(opt_state, weights, grads)
+        return tuple(new_weights), new_state, add_stats(stats, batch_stats), applied + 1.0
+
+      weights, opt_state, stats, applied = tf.cond(
+          step_targets[i] > 0, update, lambda: (weights, opt_state, stats, applied))
+      return i + 1, weights, opt_state, stats, applied
+
+    _, new_weights, new_state, stats, applied = tf.while_loop(
+        lambda i, *_: i < num_steps, step,
+        (tf.constant(0), weights, optimizer_state, zero_stats(), tf.constant(0.0)))
+    return new_weights, new_state, stats, applied
+
+  weights, optimizer_state, stats, applied = tf.cond(
+      tf.reduce_all(step_targets > 0), every_batch, some_skipped)
+  return TrainResult(tuple(weights), optimizer_state, BatchStats(*stats),
+                     empty_window(weights), applied)
+
+
+def _split_loss(masked):
+  loss, loss_sum, correct = masked
+  return loss, (loss_sum, correct)
 
 
 def gradient(predict: Callable, weights: Weights, batches, pad_label: int | None = None):
