@@ -65,8 +65,7 @@ def build_simulation(config: ExperimentConfig) -> Simulation:
   wire = _wire_bits(algorithm, _measures_own_bits(config))
   # The uncompressed reference (the same chains without their encoders) is
   # sized from its own compiled process too.
-  uncompressed = (_wire_bits(_build_algorithm(config, model, compressed=False,
-                                              num_clients=len(data.client_ids)))
+  uncompressed = (_uncompressed_wire_bits(config, model, len(data.client_ids))
                   if _compresses(config) else wire)
   round_process, notice = _round_process(algorithm, config.runtime, config)
   return Simulation(
@@ -162,6 +161,24 @@ def cluster_worker(plain_config: dict[str, Any], device: str):
   pieces = types.SimpleNamespace(config=config, data=data, algorithm=algorithm)
   return (inprocess.InProcessProcess(algorithm.process, device),
           lambda round_num, ids: RoundClients(pieces, round_num, ids))
+
+
+# Uncompressed sizes by everything they depend on: the variants of an encoder
+# sweep share one, so it is compiled once per process (~1 s of each run's start).
+_UNCOMPRESSED_WIRE: dict[str, ClientWireBits] = {}
+
+
+def _uncompressed_wire_bits(config, model, num_clients: int) -> ClientWireBits:
+  """`_wire_bits` of the algorithm without its encoders, cached by what it depends on."""
+  chains = tuple(tuple(s for s in chain if not is_compressing(registry, s))
+                 for chain, registry in ((config.aggregation_chain(), AGGREGATION_STAGES),
+                                         (config.broadcast_chain(), BROADCAST_STAGES)))
+  key = repr((config.algorithm, config.model, config.data, config.clients_per_round,
+              config.seed, chains, num_clients, model.weights_type))
+  if key not in _UNCOMPRESSED_WIRE:
+    _UNCOMPRESSED_WIRE[key] = _wire_bits(_build_algorithm(config, model, compressed=False,
+                                                          num_clients=num_clients))
+  return _UNCOMPRESSED_WIRE[key]
 
 
 def _wire_bits(algorithm: FederatedAlgorithm, measured: bool = False) -> ClientWireBits:
