@@ -13,8 +13,11 @@ type's leaves, which is also the order of the computation's bindings.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+import collections
+import functools
+from typing import Any, Callable, Iterator, Sequence
 
+import attrs
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -83,9 +86,64 @@ def pack(leaves: Sequence[Any], type_spec) -> Any:
 
   Tensors become NumPy values, as TFF's own runtimes return them.
   """
-  it = iter(leaves)
-  struct = _pack_struct(it, type_spec)
-  return tff.types.type_to_py_container(struct, type_spec)
+  return packer(type_spec)(leaves)
+
+
+@functools.lru_cache(maxsize=256)
+def packer(type_spec) -> Callable[[Sequence[Any]], Any]:
+  """`pack` for one type as a function of the leaves, its containers looked up once.
+
+  A round's result type is walked once instead of on every call (~0.4 ms of
+  a 10 ms round on small models). Types TFF's containers allow but the plan
+  does not cover (mixed named and unnamed elements, unplaced sequences) fall
+  back to walking the type per call.
+  """
+  try:
+    build = _plan(type_spec)
+  except _NoPlan:
+    def generic(leaves):
+      struct = _pack_struct(iter(leaves), type_spec)
+      return tff.types.type_to_py_container(struct, type_spec)
+    return generic
+  return lambda leaves: build(iter(leaves))
+
+
+class _NoPlan(Exception):
+  pass
+
+
+def _leaf_value(value):
+  return value.numpy() if isinstance(value, tf.Tensor) else np.asarray(value)
+
+
+def _plan(type_spec) -> Callable[[Iterator[Any]], Any]:
+  """A function building `type_to_py_container`'s value of `type_spec` from leaves."""
+  if isinstance(type_spec, tff.types.FederatedType):
+    if not type_spec.all_equal:
+      raise _NoPlan()
+    return _plan(type_spec.member)
+  if isinstance(type_spec, tff.types.TensorType):
+    return lambda it: _leaf_value(next(it))
+  if not isinstance(type_spec, tff.types.StructType):
+    raise _NoPlan()
+  elements = list(tff.structure.iter_elements(type_spec))
+  names = tuple(name for name, _ in elements)
+  children = tuple(_plan(child) for _, child in elements)
+  named = sum(name is not None for name in names)
+  if named not in (0, len(names)):
+    raise _NoPlan()
+  container = type_spec.python_container or (collections.OrderedDict if named else tuple)
+  if named and (container in (tuple, list) or (
+      isinstance(container, type) and issubclass(container, tuple) and
+      not hasattr(container, "_fields"))):
+    raise _NoPlan()  # TFF refuses names in a container without them
+  if named and (hasattr(container, "_fields") or attrs.has(container)):
+    return lambda it: container(**{n: c(it) for n, c in zip(names, children)})
+  if named:
+    return lambda it: container([(n, c(it)) for n, c in zip(names, children)])
+  if hasattr(container, "_fields") or attrs.has(container):
+    raise _NoPlan()
+  return lambda it: container([c(it) for c in children])
 
 
 def _pack_struct(it: Iterator[Any], type_spec):

@@ -205,3 +205,27 @@ def test_tensorflow_function_matches_tff_runtime(tff_runtime):
   assert type(got) is type(expected)
   np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-6)
   assert float(got[2]) == 4 * 2 - 1
+
+
+def test_packer_builds_the_containers_tff_builds():
+  """The cached plan gives what `tff.types.type_to_py_container` gives, containers included."""
+  import collections
+  import tensorflow as tf
+  from fedsim.backend import computations
+  weights = tff.learning.models.ModelWeights(trainable=(np.zeros(2, np.float32),),
+                                             non_trainable=())
+  value = tff.templates.MeasuredProcessOutput(
+      state=collections.OrderedDict(w=weights, step=np.int32(3)),
+      result=[np.float32(1.5), (np.ones(3, np.float32),)],
+      measurements=collections.OrderedDict(loss=np.float32(0.25)))
+  from tensorflow_federated.python.core.impl.types import type_conversions
+  type_spec = type_conversions.infer_type(value)
+  leaves = [tf.constant(v) for v in _leaves(value)]
+  expected = tff.types.type_to_py_container(
+      tff.structure.pack_sequence_as(tff.structure.from_container(value, recursive=True),
+                                     [v.numpy() for v in leaves]), type_spec)
+  got = computations.packer(type_spec)(leaves)
+  assert repr(got) == repr(expected)
+  assert type(got.state["w"]) is type(expected.state["w"])
+  assert all(type(a) is type(b) and np.array_equal(a, b)
+             for a, b in zip(_leaves(got), _leaves(expected)))
