@@ -35,6 +35,18 @@ def _tff_guard():
   yield
 
 
+def pytest_collection_modifyitems(config, items):
+  """Leaves out `long` tests unless a -m expression is given (keeps `uv run pytest`,
+  which CI runs, under 20 minutes on 2 cores; `-m long` runs them, `-m "long or not
+  long"` everything)."""
+  if config.option.markexpr:
+    return
+  kept = [item for item in items if item.get_closest_marker("long") is None]
+  if len(kept) != len(items):
+    config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+    items[:] = kept
+
+
 def pytest_sessionfinish(session, exitstatus):
   """Drops TFF's own default context while modules are intact, so its
   finalizer prints no traceback at interpreter exit."""

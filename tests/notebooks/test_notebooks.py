@@ -96,7 +96,10 @@ def kernel_manager(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+@pytest.mark.parametrize("path", [
+    # The first notebook in every run; the others on `-m long` (each ~30-45 s).
+    pytest.param(p, marks=() if i == 0 else pytest.mark.long) for i, p in enumerate(NOTEBOOKS)],
+    ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_and_leaves_no_worker(path, tmp_path, monkeypatch, kernel_manager):
   marker = uuid.uuid4().hex
   monkeypatch.setenv(MARKER, marker)

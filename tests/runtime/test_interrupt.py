@@ -64,7 +64,9 @@ def _status(run_dir: pathlib.Path | None) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("trial", range(TRIALS))
+# One trial per runtime in every run; the others (other random delays) on `-m long`.
+@pytest.mark.parametrize("trial", [pytest.param(t, marks=pytest.mark.long if t else ())
+                                   for t in range(TRIALS)])
 @pytest.mark.parametrize("runtime", ["local", "inprocess"])
 def test_ctrl_c_ends_the_run_promptly(runtime, trial, tmp_path):
   config = tmp_path / "interrupt.yaml"

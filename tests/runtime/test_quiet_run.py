@@ -39,6 +39,7 @@ def _fedsim(tmp_path, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # two CLI runs (~40 s); e2e/test_cli.py checks for no traceback only
 def test_compressed_run_and_its_resume_print_nothing_on_stderr(tmp_path):
   (tmp_path / "q.yaml").write_text(CONFIG)
   first = _fedsim(tmp_path)

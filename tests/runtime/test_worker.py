@@ -183,7 +183,10 @@ END_MODES = {
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("end", list(END_MODES))
+@pytest.mark.parametrize("end", [
+    # A clean end and Ctrl-C are what the run tests end with anyway: `-m long` only.
+    pytest.param(end, marks=pytest.mark.long if end in ("normal", "keyboard_interrupt") else ())
+    for end in END_MODES])
 def test_worker_is_gone_after_parent_ends(end, tmp_path):
   mode, send, status = END_MODES[end]
   result, _ = _run([str(SCRIPTS / "end_session.py"), mode, str(tmp_path)], tmp_path,
