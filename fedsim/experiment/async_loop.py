@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from fedsim.errors import RunFailed, UserError
+from fedsim.experiment.round_result import RoundResult, check_converging, process_metrics
 from fedsim.experiment.simulation import RoundClients, Simulation
 from fedsim.experiment.system import simulate_round
 from fedsim.learning.buffered import BufferedAlgorithm, arrival
@@ -65,18 +66,16 @@ def is_buffered(sim: Simulation) -> bool:
 class BufferedRounds:
   """Plays server updates of a buffered algorithm; its state is checkpointed with the run.
 
+  Keys of synchronous rounds it cannot honour (backup_clients,
+  system.deadline_seconds, system.min_clients) are refused when the config is
+  validated (`FedBuffParams.check_experiment`).
+
   Raises (constructor):
-    UserError: a config key that asynchronous rounds do not use is set.
+    UserError: more clients in flight than the data has.
   """
 
   def __init__(self, sim: Simulation, resume_from: pathlib.Path | None = None):
     config = sim.config
-    if config.backup_clients:
-      raise UserError("backup_clients: not used by asynchronous algorithms"
-                      " (algorithm.concurrency sets how many clients train at once)")
-    if config.system.deadline_seconds is not None:
-      raise UserError("system.deadline_seconds: not used by asynchronous algorithms"
-                      " (algorithm.max_staleness drops late updates)")
     algorithm: BufferedAlgorithm = sim.algorithm
     self.sim = sim
     self.concurrency = algorithm.concurrency or config.clients_per_round
@@ -92,23 +91,29 @@ class BufferedRounds:
       self._restore(resume_from / ASYNC_STATE)
 
   def play_round(self, sim: Simulation, state, states, round_num: int, simulated_total: float,
-                 sizes, run_dir: pathlib.Path):
+                 sizes, run_dir: pathlib.Path) -> RoundResult:
     """Runs until the buffer is full and applies one server update.
 
-    Same contract as the run loop's `_play_round`: returns (new state, its
-    metrics, simulated seconds so far).
+    Same contract as the run loop's `_play_round`. Returns the RoundResult:
+    `sampled` are the clients dispatched while the buffer filled (the refill
+    after the previous update included), `aggregated` the buffered ones in
+    arrival order, with their staleness.
+
+    Raises:
+      RunFailed: the update's training diverged, or clients never report.
     """
     del states, run_dir
     config = sim.config
     version = round_num - 1
     buffer: list[tuple[InFlight, int]] = []
-    dispatched = failed = uploads = stale = 0
+    dispatched: list[str] = []
+    failed = stale = 0
     while len(buffer) < config.clients_per_round:
       if self.free and (not self.in_flight or self.in_flight[0].finish > self.now):
-        state, count = self._dispatch(state, version)
-        dispatched += count
-        if dispatched > _MAX_DISPATCHES_PER_UPDATE * config.clients_per_round:
-          raise RunFailed(f"round {round_num}: {dispatched} clients dispatched and"
+        state, chosen = self._dispatch(state, version)
+        dispatched += chosen
+        if len(dispatched) > _MAX_DISPATCHES_PER_UPDATE * config.clients_per_round:
+          raise RunFailed(f"round {round_num}: {len(dispatched)} clients dispatched and"
                           f" {len(buffer)} updates arrived; do clients ever report?")
       client = heapq.heappop(self.in_flight)
       self.now, self.free = client.finish, self.free + 1
@@ -117,24 +122,20 @@ class BufferedRounds:
         failed += 1
       elif (sim.algorithm.max_staleness is not None
             and staleness > sim.algorithm.max_staleness):
-        uploads, stale = uploads + 1, stale + 1
+        stale += 1
       else:
-        uploads += 1
         buffer.append((client, staleness))
     arrivals = [arrival(*c.result, staleness=s) for c, s in buffer]
     begin = time.perf_counter()
     with quiet.filtered_stderr():  # TFF compiles at the first call.
       state, measurements = sim.round_process.next(state, arrivals)
     seconds = time.perf_counter() - begin
-    from fedsim.experiment import loop  # pylint: disable=g-import-not-at-top  (it imports us)
     metrics: dict[str, float] = {"round": round_num}
-    metrics.update(loop._round_metrics(measurements, sim.algorithm.aggregation_plan))  # pylint: disable=protected-access
-    if not np.isfinite(metrics["train/loss"]) or metrics.get("finalizer/update_non_finite"):
-      raise RunFailed(f"round {round_num}: training diverged (train/loss ="
-                      f" {metrics['train/loss']}); try a smaller learning rate")
+    metrics.update(process_metrics(measurements, sim.algorithm.aggregation_plan))
+    check_converging(round_num, metrics)
     ages = [s for _, s in buffer]
     metrics.update({
-        "clients/dispatched": dispatched,
+        "clients/dispatched": len(dispatched),
         "clients/aggregated": len(buffer),
         "clients/failed": failed,
         "clients/in_flight": len(self.in_flight),
@@ -149,14 +150,16 @@ class BufferedRounds:
     })
     # Bits: downloads of this update's dispatches, uploads of its arrivals
     # (stale ones were sent, then dropped: `late_upload_bits`).
-    metrics.update(sizes.round_metrics(dispatched, len(buffer), late_uploads=stale,
+    metrics.update(sizes.round_metrics(len(dispatched), len(buffer), late_uploads=stale,
                                        measured=metrics))
-    return state, metrics, self.now
+    return RoundResult(state, metrics, self.now, sampled=tuple(dispatched),
+                       aggregated=tuple(c.client for c, _ in buffer), staleness=tuple(ages))
 
   def _dispatch(self, state, version: int):
     """Fills the free slots with clients that download the model of `state` now.
 
-    Returns (`state`, its distributor state advanced; how many were dispatched).
+    Returns (`state`, its distributor state advanced; the ids dispatched, in
+    the sampler's order).
     """
     sim, config = self.sim, self.sim.config
     self.groups += 1
@@ -180,7 +183,7 @@ class BufferedRounds:
           finish=self.now + outcome.completion_seconds[cid], dispatch=self.dispatches,
           client=cid, version=version, group=self.groups, result=result))
     self.free -= len(chosen)
-    return state, len(chosen)
+    return state, chosen
 
   def checkpoint_arrays(self) -> dict[str, np.ndarray]:
     """The in-flight clients (with their computed updates) and counters, as arrays."""

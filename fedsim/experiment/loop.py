@@ -14,14 +14,12 @@ around `next` (client packing, sizing, evaluation cadence).
 from __future__ import annotations
 
 import dataclasses
-import math
 import pathlib
 import time
 from typing import Any, Callable
 
 import numpy as np
 
-from fedsim.aggregation import measurements as stage_measurements
 from fedsim.errors import HostError, RunFailed, host_error
 from fedsim.experiment.checkpoint import (Checkpoint, check_free_space, export_model,
                                           restore_client_states, save_checkpoint,
@@ -30,6 +28,7 @@ from fedsim.experiment import async_loop
 from fedsim.experiment.client_states import ClientStateStore
 from fedsim.experiment.rewind import BITS_DIR, rewind_logs
 from fedsim.experiment.round_info import RoundInfo
+from fedsim.experiment.round_result import RoundResult, check_converging, process_metrics
 from fedsim.experiment.simulation import RoundClients, Simulation, round_input
 from fedsim.experiment.system import RoundOutcome, simulate_round
 from fedsim.reporting import (CompositeSink, CsvSink, Progress, TensorBoardSink,
@@ -38,7 +37,7 @@ from fedsim.backend import quiet
 from fedsim.sizing import SizeInfo
 
 FINAL_MODEL = "final_model.npz"
-CLIENTS_CSV = "clients.csv"  # round, sampled ids, aggregated ids (space-separated)
+CLIENTS_CSV = "clients.csv"  # round, sampled, aggregated, staleness (see RoundResult.clients_row)
 
 
 @dataclasses.dataclass
@@ -58,24 +57,6 @@ class RunResult:
     for row in self.metrics:
       out.update(row)
     return out
-
-
-def _round_metrics(measurements, aggregation_plan) -> dict[str, float]:
-  """Every stage's measurements as named metrics: the clients' summed training
-  statistics as `train/*`, the rest under their stage (`aggregation/clip/...`)."""
-  work = measurements["client_work"]
-  out = {
-      "train/loss": float(work["loss"]),
-      "train/accuracy": float(work["accuracy"]),
-      "train/num_examples": float(work["num_examples"]),
-  }
-  if "error_feedback" in work:   # an encode stage's client residuals (client work)
-    out.update(stage_measurements.flatten(work["error_feedback"], "error_feedback"))
-  out.update(stage_measurements.flatten(measurements.get("distributor"), "distributor"))
-  out.update(stage_measurements.aggregation_metrics(aggregation_plan,
-                                                    measurements.get("aggregator")))
-  out.update(stage_measurements.flatten(measurements.get("finalizer"), "finalizer"))
-  return out
 
 
 def _outcome_metrics(outcome: RoundOutcome, simulated_total: float) -> dict[str, float]:
@@ -102,14 +83,17 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
   Each round samples `clients_per_round + backup_clients` clients, lets the
   device model decide which of them are aggregated, and runs the process on
   those. A round with fewer reports than `system.min_clients` is skipped
-  (logged in `events.log`), not failed. Every `checkpoint.every` rounds and
+  (logged in `events.log`), not failed. A buffered algorithm's round is one
+  server update instead, played by `async_loop.BufferedRounds`. Every `checkpoint.every` rounds and
   after the last, the whole state is checkpointed (see `checkpoint.py`); at
   the end the model is exported to `final_model.npz`. `check_runtime(during)`
   raises RunFailed if the runtime died; it is called when a round fails, so a
   dead worker is reported as such. `on_round(round, metrics, info)` is
   called after each round is logged and checkpointed (`info`: a RoundInfo).
-  The ids of the clients each round sampled and aggregated go to
-  `clients.csv`, cut back to the checkpoint on resume like metrics.csv.
+  The ids of the clients each round sampled (dispatched) and aggregated, and
+  the staleness of asynchronous updates, go to `clients.csv` (one row per
+  round, see `RoundResult.clients_row`), cut back to the checkpoint on resume
+  like metrics.csv.
 
   Returns:
     The RunResult with the metrics of every round, resumed ones included.
@@ -162,13 +146,9 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
               if async_loop.is_buffered(sim) else None)
     play = player.play_round if player is not None else _play_round
     for round_num in range(start + 1, config.rounds + 1):
-      # A player that knows its clients returns (sampled, aggregated) ids too.
-      state, metrics, simulated_total, *clients = play(
-          sim, state, states, round_num, simulated_total, sizes, run_dir)
-      sampled, aggregated = clients[0] if clients else (None, None)
-      if sampled is not None:
-        clients_sink.write(round_num, {"sampled": " ".join(sampled),
-                                       "aggregated": " ".join(aggregated)})
+      played = play(sim, state, states, round_num, simulated_total, sizes, run_dir)
+      state, metrics, simulated_total = played.state, played.metrics, played.simulated_seconds
+      clients_sink.write(round_num, played.clients_row())
       if round_num % config.eval.every == 0 or round_num == config.rounds:
         weights = sim.algorithm.model_weights(state)
         metrics.update(sim.evaluate(weights))
@@ -188,7 +168,8 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
                         if player is not None else None)
       if on_round is not None:
         trained = [np.asarray(w) for w in sim.algorithm.model_weights(state).trainable]
-        on_round(round_num, metrics, RoundInfo(trained, sampled, aggregated))
+        on_round(round_num, metrics, RoundInfo(trained, played.sampled, played.aggregated,
+                                               played.staleness))
     weights = sim.algorithm.model_weights(state)
     export_model(run_dir / FINAL_MODEL, weights, sim.model.weight_names)
     final_weights = [np.asarray(w) for w in weights.trainable]
@@ -296,8 +277,11 @@ def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_n
   """Runs one round.
 
   Returns:
-    (new state, its metrics, simulated seconds so far, (sampled client ids,
-    aggregated client ids)).
+    The RoundResult: new state, metrics, simulated seconds so far, the
+    sampled and aggregated client ids.
+
+  Raises:
+    RunFailed: the round's training diverged.
   """
   config = sim.config
   sampled = sim.sampler.sample(round_num, config.clients_per_round + config.backup_clients)
@@ -326,10 +310,8 @@ def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_n
             state, data, states.load(outcome.aggregated))
         metrics.update(states.save(outcome.aggregated, new_states, round_num))  # residual ages
     seconds = time.perf_counter() - begin
-    metrics.update(_round_metrics(measurements, sim.algorithm.aggregation_plan))
-    if not math.isfinite(metrics["train/loss"]) or metrics.get("finalizer/update_non_finite"):
-      raise RunFailed(f"round {round_num}: training diverged (train/loss ="
-                      f" {metrics['train/loss']}); try a smaller learning rate")
+    metrics.update(process_metrics(measurements, sim.algorithm.aggregation_plan))
+    check_converging(round_num, metrics)
   metrics.update(_outcome_metrics(outcome, simulated_total))
   metrics["round_seconds"] = seconds
   metrics.update(sizes.round_metrics(len(outcome.sampled), len(outcome.aggregated),
@@ -338,8 +320,8 @@ def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_n
   if sim.privacy is not None:
     # Rounds that aggregated released a noised mean; skipped ones released nothing.
     metrics.update(sim.privacy.round_metrics(sum(1 for b in sizes.aggregate_history if b)))
-  aggregated = () if outcome.skipped else tuple(outcome.aggregated)
-  return state, metrics, simulated_total, (tuple(outcome.sampled), aggregated)
+  return RoundResult(state, metrics, simulated_total, sampled=tuple(outcome.sampled),
+                     aggregated=tuple(outcome.aggregated))  # () for a skipped round
 
 
 def _disk_needed(sim: Simulation, state, states: ClientStateStore | None) -> int:

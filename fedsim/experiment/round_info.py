@@ -15,12 +15,17 @@ class RoundInfo:
   Attributes:
     weights: the global model's trainable weights after the round, as NumPy
       arrays in the model's variable order (what `final_model.npz` holds).
-    sampled: ids of the clients sampled (dispatched) this round; None when
-      the algorithm's loop does not report them.
+    sampled: ids of the clients sampled this round (backups included); for
+      an asynchronous algorithm (fedbuff), those dispatched during this
+      server update.
     aggregated: ids of the clients whose updates the server aggregated (none
-      for a skipped round); None as for `sampled`.
+      for a skipped round), as `clients.csv` lists them.
+    staleness: per entry of `aggregated`, server updates since that client
+      downloaded the model (asynchronous algorithms); None for synchronous
+      rounds.
   """
 
   weights: Sequence[np.ndarray]
-  sampled: tuple[str, ...] | None
-  aggregated: tuple[str, ...] | None
+  sampled: tuple[str, ...]
+  aggregated: tuple[str, ...]
+  staleness: tuple[int, ...] | None = None

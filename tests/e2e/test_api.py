@@ -109,6 +109,7 @@ def test_on_round_gets_weights_and_client_ids_which_clients_csv_records(tff_runt
     assert set(info.aggregated) <= set(info.sampled)
     assert row["sampled"].split() == list(info.sampled)
     assert row["aggregated"].split() == list(info.aggregated)
+    assert row["staleness"] == "" and info.staleness is None  # synchronous
   # The last round's weights are the model the run ends with.
   for got, want in zip(seen[-1][2].weights, result.final_weights):
     np.testing.assert_array_equal(got, want)

@@ -4,6 +4,8 @@ and the dispatch counters are part of the checkpoint."""
 
 from __future__ import annotations
 
+import csv
+import io
 import signal
 
 import numpy as np
@@ -62,3 +64,29 @@ def test_sigkilled_fedbuff_run_resumes_to_the_uninterrupted_result(tmp_path):
       np.testing.assert_array_equal(got[name], want[name])
   assert (steps_by_tag(run_dir / "simulated_time")["eval/accuracy"]
           == steps_by_tag(ref_dir / "simulated_time")["eval/accuracy"])
+  clients = (run_dir / "clients.csv").read_text()
+  assert clients == (ref_dir / "clients.csv").read_text()  # rewound: each update once
+  _check_dispatch_bookkeeping(list(csv.DictReader(io.StringIO(clients))), rows)
+
+
+def _check_dispatch_bookkeeping(clients, metrics):
+  """clients.csv against the buffer's rules: an update applied in server update k
+  with staleness s was computed on version k-1-s, so its client downloaded it while
+  update k-s was filling and was not dispatched again until it arrived (one
+  client is in flight at most once); K = 2 updates per row; the counts agree with
+  metrics.csv, and dispatches minus arrivals are the clients in flight."""
+  sampled = [row["sampled"].split() for row in clients]
+  in_flight = 0
+  for k, (row, m) in enumerate(zip(clients, metrics), start=1):
+    aggregated = row["aggregated"].split()
+    staleness = [int(s) for s in row["staleness"].split()]
+    assert len(sampled[k - 1]) == int(m["clients/dispatched"])
+    assert len(aggregated) == len(staleness) == int(m["clients/aggregated"]) == 2
+    assert max(staleness) == int(m["staleness/max"])
+    for cid, s in zip(aggregated, staleness):
+      assert 0 <= s <= 1, (k, cid, s)  # max_staleness: 1
+      assert cid in sampled[k - 1 - s], (k, cid, s)
+      assert all(cid not in sampled[j - 1] for j in range(k - s + 1, k)), (k, cid, s)
+    in_flight += len(sampled[k - 1]) - len(aggregated) - int(m["staleness/dropped"]) - int(
+        m["clients/failed"])
+    assert in_flight == int(m["clients/in_flight"]), k

@@ -4,6 +4,7 @@ repeatability."""
 
 from __future__ import annotations
 
+import csv
 import heapq
 
 import numpy as np
@@ -20,6 +21,11 @@ BASE = {
 }
 U8 = {direction: {"encoder": "uniform", "bits": 8, "min_elements": 100}
       for direction in ("aggregation", "broadcast")}
+
+
+def _clients_csv(run_dir):
+  with open(run_dir / "clients.csv", newline="", encoding="utf-8") as f:
+    return list(csv.DictReader(f))
 
 
 def _same(a, b):
@@ -51,27 +57,35 @@ def test_fedbuff_without_staleness_is_fedavg_bit_for_bit(tff_runtime, tmp_path):
       assert b["staleness/max"] == 0 and b["clients/dispatched"] == 3
   for key in ("aggregate_bits_per_client", "broadcast_bits_per_client"):
     assert runs["fedbuff_u8"].metrics[0][key] < runs["fedbuff"].metrics[0][key] / 2
+  # Each update's buffer is the synchronous round's cohort, all on the current model.
+  sync_rows, buffered_rows = (_clients_csv(runs[n].run_dir) for n in ("fedavg", "fedbuff"))
+  assert [r["round"] for r in buffered_rows] == ["1", "2", "3"]
+  for s, b in zip(sync_rows, buffered_rows):
+    assert len(b["sampled"].split()) == 3 and s["staleness"] == ""
+    assert (b["sampled"], b["aggregated"]) == (s["sampled"], s["aggregated"])
+    assert b["staleness"] == "0 0 0"
 
 
 def _reference_schedule(durations, buffer_size, max_staleness, updates):
   """Algorithm 1 of the paper on a fixed population that is always training: each
   client reports every `durations[c]` seconds and at once downloads the newest
   model (after the update its own report may trigger). Per server update:
-  (time, staleness of the buffered reports, reports dropped, downloads)."""
+  (time, [(client, staleness)] of the buffered reports in arrival order, reports
+  dropped, [clients that downloaded] since the previous update)."""
   events = [(d, c, 0) for c, d in enumerate(durations)]  # (arrival, client, version)
   heapq.heapify(events)
-  version, buffer, dropped, downloads, out = 0, [], 0, len(durations), []
+  version, buffer, dropped, downloads, out = 0, [], 0, list(range(len(durations))), []
   while len(out) < updates:
     t, c, v = heapq.heappop(events)
     if version - v > max_staleness:
       dropped += 1
     else:
-      buffer.append(version - v)
+      buffer.append((c, version - v))
     if len(buffer) == buffer_size:
       out.append((t, buffer, dropped, downloads))
-      version, buffer, dropped, downloads = version + 1, [], 0, 0
+      version, buffer, dropped, downloads = version + 1, [], 0, []
     heapq.heappush(events, (t + durations[c], c, version))
-    downloads += 1
+    downloads.append(c)
   return out
 
 
@@ -95,12 +109,20 @@ def test_event_schedule_matches_the_paper_and_repeats_bit_for_bit(tff_runtime, t
   durations = [down / 2e6 + 0.01 + 32 * 0.01 / s + up / 1e6 + 0.01 for s in speeds]
   expected = _reference_schedule(durations, 2, 1, rounds)
   assert sum(r["staleness/dropped"] for r in rows) > 0  # the schedule exercises dropping
-  for row, (t, ages, dropped, downloads) in zip(rows, expected):
+  name = "client_{:04d}".format
+  clients = _clients_csv(runs["first"].run_dir)
+  assert len(clients) == rounds
+  for row, ids, (t, buffered, dropped, downloads) in zip(rows, clients, expected):
+    ages = [s for _, s in buffered]
     np.testing.assert_allclose(row["simulated_seconds"], t, rtol=1e-12)
     assert row["staleness/mean"] == np.mean(ages) and row["staleness/max"] == max(ages)
-    assert row["staleness/dropped"] == dropped and row["clients/dispatched"] == downloads
-    assert row["broadcast_bits"] == downloads * down
+    assert row["staleness/dropped"] == dropped and row["clients/dispatched"] == len(downloads)
+    assert row["broadcast_bits"] == len(downloads) * down
     assert row["aggregate_bits"] == (2 + dropped) * up
+    assert ids["sampled"] == " ".join(name(c) for c in downloads)
+    assert ids["aggregated"] == " ".join(name(c) for c, _ in buffered)
+    assert ids["staleness"] == " ".join(str(s) for _, s in buffered)
+  assert any(ids["staleness"] != "0 0" for ids in clients)
   np.testing.assert_allclose(rows[-1]["server_updates_per_hour"],
                              rounds * 3600 / expected[-1][0], rtol=1e-12)
   _same(runs["first"], runs["again"])
