@@ -43,6 +43,30 @@ class FedBuffParams:
   def aggregation_kind(self) -> str:
     return "mean" if self.normalize == "buffer_size" else "weighted_mean"
 
+  def check_experiment(self, config) -> None:
+    """Refuses the experiment keys of synchronous rounds, which buffered
+    server updates cannot honour (`fedsim validate` calls it too).
+
+    Raises:
+      UserError: naming the key.
+    """
+    num_clients = getattr(config.data.params, "num_clients", None)
+    if self.concurrency is not None and num_clients is not None and self.concurrency > num_clients:
+      raise UserError(f"algorithm.concurrency: {self.concurrency} clients in flight, but"
+                      f" data.num_clients is {num_clients}")
+    if config.backup_clients:
+      raise UserError("backup_clients: not used by asynchronous algorithms"
+                      " (algorithm.concurrency sets how many clients train at once)")
+    if config.system.deadline_seconds is not None:
+      raise UserError("system.deadline_seconds: not used by asynchronous algorithms"
+                      " (algorithm.max_staleness drops late updates)")
+    # Every server update applies exactly K = clients_per_round buffered
+    # reports, so no update ever has fewer than min_clients: the key is inert.
+    if config.system.min_clients != 1:
+      raise UserError(f"system.min_clients: not used by asynchronous algorithms (every"
+                      f" server update aggregates clients_per_round = {config.clients_per_round}"
+                      " buffered updates); leave it at 1")
+
 
 @ALGORITHMS.register("fedbuff", params=FedBuffParams)
 def build_fedbuff(params: FedBuffParams, task: Task) -> FederatedAlgorithm:

@@ -114,6 +114,9 @@ class ExperimentConfig:
     if self.system.min_clients > self.clients_per_round:
       raise UserError(f"system.min_clients: {self.system.min_clients} is larger than"
                       f" clients_per_round ({self.clients_per_round})")
+    check_experiment = getattr(self.algorithm.params, "check_experiment", None)
+    if check_experiment is not None:  # keys an algorithm cannot honour (e.g. asynchronous ones)
+      check_experiment(self)
     self._check_aggregation()
     for seed in self.seeds:
       if not 0 <= seed <= 2**31 - 1:
