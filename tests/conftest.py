@@ -12,6 +12,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import pytest
 
+# TFF's DP packages run at first use, as in `fedsim run` (fedsim/backend/lazy_imports.py),
+# also for test modules that import TFF themselves: the DP tests check that path.
+from fedsim.backend import lazy_imports  # noqa: E402
+
+lazy_imports.defer()
+
 
 @pytest.fixture(scope="session")
 def tff_runtime(tmp_path_factory):

@@ -18,9 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-import dp_accounting
 import numpy as np
-from dp_accounting.rdp import rdp_privacy_accountant
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,11 +36,16 @@ class PrivacyLedger:
       return float("inf")
     # RDP adds up over rounds: one round's curve, scaled, is the composition.
     orders, rdp = self._one_round_rdp()
+    # Imported here: dp_accounting (with SciPy's stats) costs ~1 s that runs
+    # without DP never need (fedsim.backend.lazy_imports).
+    from dp_accounting.rdp import rdp_privacy_accountant
     epsilon, _ = rdp_privacy_accountant.compute_epsilon(orders, rdp * rounds, self.delta)
     return float(epsilon)
 
   @functools.lru_cache(maxsize=None)
   def _one_round_rdp(self) -> tuple[np.ndarray, np.ndarray]:
+    import dp_accounting
+    from dp_accounting.rdp import rdp_privacy_accountant
     accountant = rdp_privacy_accountant.RdpAccountant(
         neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
     accountant.compose(dp_accounting.SampledWithoutReplacementDpEvent(

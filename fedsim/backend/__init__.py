@@ -1,9 +1,11 @@
 """fedsim's door to TFF's internals: an upgrade of TFF touches this package.
 
 * `quiet`: TensorFlow and TFF imported without their start-up noise.
+* `lazy_imports`: TFF's differential-privacy packages run at first use.
 * `contexts`: TFF execution contexts on a worker, and their installation.
 * `mapreduce`: a process's MapReduceForm, compiled once (sizing and inprocess).
 * `computations`: TFF computation protos as TensorFlow functions.
 
-Kept free of TensorFlow imports, as is `quiet`; the others import TFF.
+Kept free of TensorFlow imports, as are `quiet` and `lazy_imports`; the others
+import TFF.
 """

@@ -115,12 +115,17 @@ def import_tensorflow() -> ModuleType:
 def import_tff() -> ModuleType:
   """The `tensorflow_federated` module, imported quietly (TensorFlow first).
 
-  At exit, TFF's own default context is dropped while modules are intact
-  (see `fedsim.backend.contexts.drop_default`): otherwise every script that
-  ran `fedsim.run` ended with TFF's teardown traceback.
+  TFF's differential-privacy packages run at their first use, not with TFF
+  (`fedsim.backend.lazy_imports`: ~3 s of the import). At exit, TFF's own
+  default context is dropped while modules are intact (see
+  `fedsim.backend.contexts.drop_default`): otherwise every script that ran
+  `fedsim.run` ended with TFF's teardown traceback.
   """
   import_tensorflow()
   first = "tensorflow_federated" not in sys.modules
+  if first:
+    from fedsim.backend import lazy_imports  # pylint: disable=g-import-not-at-top
+    lazy_imports.defer()  # TFF's DP packages run when a DP stage first uses them
   module = import_quietly("tensorflow_federated")
   if first:
     atexit.register(_drop_tff_default)

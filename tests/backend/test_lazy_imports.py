@@ -1,0 +1,132 @@
+"""Deferred packages (fedsim/backend/lazy_imports.py): the code runs once, at first
+use, in the module object importers already hold, in the order an eager import
+runs it; TFF's import-time annotations get strings, every other read the package."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import types
+
+import pytest
+
+from fedsim.backend import lazy_imports
+
+PACKAGE = """
+import builtins
+builtins.fedsim_test_ran.append(__name__)
+class Annot:
+  pass
+class Other:
+  pass
+"""
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+  """A package `fedsim_fake_dp` (with submodule `sub`) deferred like tensorflow_privacy."""
+  root = tmp_path / "fedsim_fake_dp"
+  root.mkdir()
+  (root / "__init__.py").write_text(PACKAGE)
+  (root / "sub.py").write_text(PACKAGE + "from fedsim_fake_dp import Annot as PARENTS\n")
+  (tmp_path / "fedsim_fake_broken.py").write_text("raise RuntimeError('broken on purpose')\n")
+  monkeypatch.syspath_prepend(str(tmp_path))
+  monkeypatch.setattr(lazy_imports, "DEFERRED", {
+      "fedsim_fake_dp": ("fake", frozenset({"Annot"})),
+      "fedsim_fake_broken": ("broken", frozenset())})
+  monkeypatch.setattr("builtins.fedsim_test_ran", [], raising=False)
+  lazy_imports.defer()
+  yield sys.modules.get
+  for name in [n for n in sys.modules if n.startswith("fedsim_fake_")]:
+    del sys.modules[name]
+
+
+def _exec(code: str, module: dict) -> None:
+  # Not inheriting this file's `from __future__ import annotations`: TFF's modules
+  # evaluate their annotations.
+  exec(compile(code, "<module>", "exec", dont_inherit=True), module)  # pylint: disable=exec-used
+
+
+def _ran():
+  import builtins
+  return builtins.fedsim_test_ran
+
+
+def test_code_runs_once_at_the_first_read_in_the_same_object(fake):
+  import fedsim_fake_dp as held
+  assert _ran() == [] and lazy_imports.is_deferred("fedsim_fake_dp")
+  assert held.__name__ == "fedsim_fake_dp" and held.__file__.endswith("__init__.py")
+  other = held.Other
+  assert _ran() == ["fedsim_fake_dp"]
+  assert type(held) is types.ModuleType and fake("fedsim_fake_dp") is held
+  import fedsim_fake_dp
+  assert fedsim_fake_dp.Other is other and _ran() == ["fedsim_fake_dp"]
+  with pytest.raises(AttributeError):
+    held.missing  # pylint: disable=pointless-statement
+
+
+def test_a_submodule_import_runs_the_package_first(fake):
+  import fedsim_fake_dp  # noqa: F401
+  import fedsim_fake_dp.sub  # the import system reads the package's __path__ only
+  assert _ran() == ["fedsim_fake_dp", "fedsim_fake_dp.sub"]
+  assert fedsim_fake_dp.sub.PARENTS is fedsim_fake_dp.Annot
+
+
+def test_tff_import_time_annotations_are_strings_and_other_reads_run_the_package(fake):
+  import fedsim_fake_dp
+  code = ("def build(query: fake.Annot) -> fake.Annot: pass\n"
+          "class Process:\n  def __init__(self, query: fake.Annot): pass\n"
+          "def later():\n  return fake.Annot\n")
+  tff_module = {"__name__": "tensorflow_federated.python.aggregators.x", "fake": fedsim_fake_dp}
+  _exec(code, tff_module)
+  assert tff_module["build"].__annotations__ == {"query": "fake.Annot", "return": "fake.Annot"}
+  assert tff_module["Process"].__init__.__annotations__ == {"query": "fake.Annot"}
+  assert _ran() == []
+  assert tff_module["later"]() is fedsim_fake_dp.Annot  # a read inside a function: the class
+  assert _ran() == ["fedsim_fake_dp"]
+
+
+@pytest.mark.parametrize("reader", ["fedsim.api", "tensorflow_federated.python.x"])
+def test_names_not_listed_or_read_outside_tff_run_the_package(fake, reader):
+  import fedsim_fake_dp
+  name = "Annot" if reader == "fedsim.api" else "Other"
+  module = {"__name__": reader, "fake": fedsim_fake_dp}
+  _exec(f"def build(query: fake.{name}): pass\n", module)
+  assert module["build"].__annotations__["query"] is getattr(fedsim_fake_dp, name)
+  assert _ran() == ["fedsim_fake_dp"]
+
+
+def test_a_failing_package_raises_at_first_use_and_is_imported_afresh(fake):
+  import fedsim_fake_broken
+  with pytest.raises(RuntimeError, match="broken on purpose"):
+    fedsim_fake_broken.anything  # pylint: disable=pointless-statement
+  assert fake("fedsim_fake_broken") is None
+  import fedsim_fake_broken as again
+  assert again is not fedsim_fake_broken and lazy_imports.is_deferred("fedsim_fake_broken")
+
+
+def test_the_cli_imports_no_heavy_package():
+  heavy = ("tensorflow", "tensorflow_federated", "tensorflow_privacy", "dp_accounting",
+           "tensorflow_probability", "sklearn", "scipy", "matplotlib", "pandas", "ray")
+  code = f"import sys, fedsim.cli; print([m for m in {heavy!r} if m in sys.modules])"
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+  assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.slow
+def test_tff_imported_by_fedsim_defers_its_dp_packages_until_a_dp_factory_needs_them():
+  code = textwrap.dedent("""
+      import sys
+      from fedsim.backend import lazy_imports, quiet
+      tff = quiet.import_tff()
+      print([lazy_imports.is_deferred(n) for n in ("tensorflow_privacy", "dp_accounting")],
+            [n in sys.modules for n in ("tensorflow_probability", "scipy.stats")])
+      factory = tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
+          noise_multiplier=1.0, clients_per_round=10, clip=1.0)
+      import tensorflow_privacy
+      print([lazy_imports.is_deferred(n) for n in ("tensorflow_privacy", "dp_accounting")],
+            factory._query.__class__ is tensorflow_privacy.NormalizedQuery)
+      """)
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+  assert out.stdout.splitlines()[-2:] == ["[True, True] [False, False]", "[False, False] True"]
