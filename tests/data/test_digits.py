@@ -74,3 +74,19 @@ def test_config_section_parses_and_bounds_name_the_key():
   with pytest.raises(UserError, match=r"^data.partition: unknown partition 'shard' \(did you"
                                       r" mean 'shards'\?\); choose one of: dirichlet, iid"):
     parse(DigitsParams, {"partition": "shard"}, "data")
+
+
+def test_the_images_are_scikit_learns_load_digits_scaled_to_unit_range():
+  from sklearn.datasets import load_digits
+  bunch = load_digits()
+  everything = load_all()
+  np.testing.assert_array_equal(everything.x, (bunch.data / 16.0).astype(np.float32))
+  np.testing.assert_array_equal(everything.y, bunch.target)
+
+
+def test_without_the_file_where_expected_scikit_learn_loads_the_same_table(monkeypatch):
+  from fedsim.data import digits
+  table = digits._digits_table()  # pylint: disable=protected-access
+  monkeypatch.setattr(digits.importlib.util, "find_spec", lambda name: None)
+  np.testing.assert_array_equal(digits._digits_table(), table)  # pylint: disable=protected-access
+  assert table.shape == (1797, 65)
