@@ -111,7 +111,7 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_result(tmp_path, variant):
     assert all(float(r["error_feedback/residual_norm"]) > 0 for r in rows)
   clients = (run_dir / "clients.csv").read_text()
   assert clients == (ref_dir / "clients.csv").read_text()  # rewound: each round once
-  assert clients.splitlines()[0] == "round,sampled,aggregated"
+  assert clients.splitlines()[0] == "round,sampled,aggregated,staleness"
   assert [line.split(",")[0] for line in clients.splitlines()[1:]] == [
       str(r) for r in range(1, ROUNDS + 1)]
   with np.load(run_dir / "final_model.npz") as got, np.load(ref_dir / "final_model.npz") as want:
