@@ -2,7 +2,8 @@
 
 `concurrency` clients are in flight at any time. A dispatched client downloads
 the current model version (through the broadcast chain), trains on it
-(computed at once for the whole dispatch group, kept until it arrives) and arrives at dispatch time + download + compute + upload seconds
+(computed at once for the whole dispatch group, kept until it arrives) and
+arrives at dispatch time + download + compute + upload seconds
 (`system.simulate_round` of its dispatch group, so profiles, jitter, dropout
 and the exact wire bits apply as in synchronous rounds). Arrivals are taken in
 (finish time, dispatch number) order; a client that dropped out or was offline
@@ -19,7 +20,9 @@ Dispatch group g (the g-th refill) samples `sampler.sample(g, concurrency)`,
 skips clients still in flight and takes as many as slots are free, and packs
 their data with round g's seed: a pure function of (seed, g). The in-flight
 clients, their computed updates and the counters are part of the checkpoint
-(`ASYNC_STATE`), so a resumed run equals an uninterrupted one.
+(`ASYNC_STATE`), so a resumed run equals an uninterrupted one. Each server
+update's dispatched and buffered clients (with their staleness) are returned
+in its RoundResult, for `clients.csv`.
 """
 
 from __future__ import annotations

@@ -82,18 +82,18 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
 
   Each round samples `clients_per_round + backup_clients` clients, lets the
   device model decide which of them are aggregated, and runs the process on
-  those. A round with fewer reports than `system.min_clients` is skipped
-  (logged in `events.log`), not failed. A buffered algorithm's round is one
-  server update instead, played by `async_loop.BufferedRounds`. Every `checkpoint.every` rounds and
-  after the last, the whole state is checkpointed (see `checkpoint.py`); at
-  the end the model is exported to `final_model.npz`. `check_runtime(during)`
-  raises RunFailed if the runtime died; it is called when a round fails, so a
-  dead worker is reported as such. `on_round(round, metrics, info)` is
-  called after each round is logged and checkpointed (`info`: a RoundInfo).
-  The ids of the clients each round sampled (dispatched) and aggregated, and
-  the staleness of asynchronous updates, go to `clients.csv` (one row per
-  round, see `RoundResult.clients_row`), cut back to the checkpoint on resume
-  like metrics.csv.
+  those. A round with fewer reports than `system.min_clients` is skipped (logged
+  in `events.log`), not failed. A buffered algorithm's round is one server
+  update instead, played by `async_loop.BufferedRounds`. Every
+  `checkpoint.every` rounds and after the last, the whole state is checkpointed
+  (see `checkpoint.py`); at the end the model is exported to `final_model.npz`.
+  `check_runtime(during)` raises RunFailed if the runtime died; it is called
+  when a round fails, so a dead worker is reported as such. `on_round(round,
+  metrics, info)` is called after each round is logged and checkpointed (`info`:
+  a RoundInfo). The ids of the clients each round sampled (dispatched) and
+  aggregated, and the staleness of asynchronous updates, go to `clients.csv`
+  (one row per round, see `RoundResult.clients_row`), cut back to the checkpoint
+  on resume like metrics.csv.
 
   Returns:
     The RunResult with the metrics of every round, resumed ones included.
