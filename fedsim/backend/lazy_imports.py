@@ -11,8 +11,10 @@ they are imported, the module object is created as usual (spec, `__file__`,
 that same object, as an eager import would have run it, the first time anything
 reads an attribute the module does not have yet. `__path__` is held back until
 then, so importing a submodule (`from tensorflow_privacy.privacy import ...`)
-runs the package first, in the order an eager import would. Once run, the module
-is a plain module: callers cannot tell it from an eagerly imported one.
+runs the package first, in the order an eager import would. The code runs at
+TensorFlow's top level (`tf.init_scope`), as it did when TFF was imported, even if
+the first use is inside a traced function. Once run, the module is a plain
+module: callers cannot tell it from an eagerly imported one.
 (This is `importlib.util.LazyLoader`'s scheme, plus the one exception below.)
 
 The exception: while TFF 0.87 is imported, its modules read three names of
@@ -31,6 +33,7 @@ This module is the only place that knows which TFF internals read what.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
 import inspect
@@ -117,8 +120,13 @@ def _run(module, state, deferred) -> None:
   state["__loader__"] = loader
   if path is not None:
     state["__path__"] = path
+  # Run as the eager import ran it, at top level: a first use inside a traced
+  # TensorFlow function must not put the package's module-level tensors in its graph.
+  tf = sys.modules.get("tensorflow")
+  top_level = tf.init_scope() if hasattr(tf, "init_scope") else contextlib.nullcontext()
   try:
-    loader.exec_module(module)
+    with top_level:
+      loader.exec_module(module)
   except BaseException:
     # As a failed eager import does: the next import starts afresh.
     if sys.modules.get(spec.name) is module:

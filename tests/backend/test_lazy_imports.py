@@ -106,6 +106,20 @@ def test_a_failing_package_raises_at_first_use_and_is_imported_afresh(fake):
   assert again is not fedsim_fake_broken and lazy_imports.is_deferred("fedsim_fake_broken")
 
 
+def test_a_first_use_inside_a_traced_function_runs_the_package_at_top_level(fake, tmp_path):
+  tf = pytest.importorskip("tensorflow")
+  (tmp_path / "fedsim_fake_tf.py").write_text("import tensorflow as tf\nSCALE = tf.constant(3.0)\n")
+  lazy_imports.DEFERRED["fedsim_fake_tf"] = ("fake", frozenset())
+  import fedsim_fake_tf
+
+  @tf.function
+  def scaled(x):
+    return x * fedsim_fake_tf.SCALE  # the package runs here, while tracing
+
+  assert float(scaled(tf.constant(2.0))) == 6.0
+  assert float(fedsim_fake_tf.SCALE.numpy()) == 3.0  # an eager tensor, not the trace's
+
+
 def test_the_cli_imports_no_heavy_package():
   heavy = ("tensorflow", "tensorflow_federated", "tensorflow_privacy", "dp_accounting",
            "tensorflow_probability", "sklearn", "scipy", "matplotlib", "pandas", "ray")
