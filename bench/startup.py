@@ -60,6 +60,9 @@ def child(argv) -> None:
     module = import_tff(*args, **kwargs)
     middle = time.perf_counter()
     times["TF + TFF import"] += middle - start
+    if marks.setdefault("wrapped", False):
+      return module  # later calls (fedsim's modules call it too) must not wrap twice
+    marks["wrapped"] = True
     for module_name, function, label in STEPS[1:]:  # importing them imports TF
       _wrap(module_name, function, label, times, importlib)
     loop = importlib.import_module("fedsim.experiment.loop")
