@@ -22,6 +22,12 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 from tensorflow_federated.python.core.impl.computation import computation_impl
+from tensorflow.python.eager import context as _tf_context
+
+try:  # TensorFlow's own constructor of eager tensors (private; see `eager_tensors`)
+  from tensorflow.python.framework.ops import EagerTensor as _EagerTensor
+except ImportError:
+  _EagerTensor = None
 
 
 class NotTensorFlow(Exception):
@@ -63,22 +69,35 @@ def flatten(value: Any, type_spec) -> list[Any]:
   """
   if type_spec is None:
     return []
-  if isinstance(type_spec, tff.types.FederatedType):
-    return flatten(value, type_spec.member)
-  if isinstance(type_spec, tff.types.TensorType):
-    return [value]
-  if isinstance(value, tff.structure.Struct):
-    value = tff.structure.to_odict_or_tuple(value, recursive=False)
   out = []
-  for i, (name, child) in enumerate(tff.structure.iter_elements(type_spec)):
-    if name is None:
-      element = value[i]
-    elif hasattr(value, "keys"):
-      element = value[name]
-    else:
-      element = getattr(value, name)
-    out.extend(flatten(element, child))
+  flattener(type_spec)(value, out.append)
   return out
+
+
+@functools.lru_cache(maxsize=256)
+def flattener(type_spec) -> Callable[[Any, Callable[[Any], None]], None]:
+  """`flatten` for one type: `(value, emit)` calls `emit(leaf)` per leaf, in order.
+
+  The type is walked once, not on every call (a round flattens its state).
+  """
+  if isinstance(type_spec, tff.types.FederatedType):
+    return flattener(type_spec.member)
+  if isinstance(type_spec, tff.types.TensorType):
+    return lambda value, emit: emit(value)
+  elements = tuple((i, name, flattener(child))
+                   for i, (name, child) in enumerate(tff.structure.iter_elements(type_spec)))
+
+  def walk(value, emit):
+    by_key = hasattr(value, "keys")  # a tff Struct has none: attributes and positions
+    for i, name, child in elements:
+      if name is None:
+        child(value[i], emit)
+      elif by_key:
+        child(value[name], emit)
+      else:
+        child(getattr(value, name), emit)
+
+  return walk
 
 
 def pack(leaves: Sequence[Any], type_spec) -> Any:
@@ -155,6 +174,48 @@ def _pack_struct(it: Iterator[Any], type_spec):
   return tff.structure.Struct([
       (name, _pack_struct(it, child))
       for name, child in tff.structure.iter_elements(type_spec)])
+
+
+def eager_tensors(values: Sequence[Any], specs: Sequence[tf.TensorSpec]) -> list[tf.Tensor]:
+  """`values` as eager tensors of the dtypes of `specs` (shapes are not checked).
+
+  A NumPy value already of its spec's dtype becomes a tensor straight
+  through TensorFlow's private `EagerTensor` constructor, ~4 us instead of
+  `tf.convert_to_tensor`'s ~12 us (a round converts ~10-20 leaves); any
+  other value goes through `tf.convert_to_tensor`, with its checks.
+  """
+  device = _tf_context.context().device_name
+  out = []
+  for value, spec in zip(values, specs):
+    if (_EagerTensor is not None and isinstance(value, (np.ndarray, np.generic)) and
+        value.dtype == spec.dtype.as_numpy_dtype):
+      out.append(_EagerTensor(value, device, spec.dtype.as_datatype_enum))
+    else:
+      out.append(tf.convert_to_tensor(value, spec.dtype))
+  return out
+
+
+def direct_call(function) -> Callable[[Sequence[tf.Tensor]], list[tf.Tensor]]:
+  """A traced `tf.function`'s graph as a function of its flat input tensors.
+
+  Returns `call(tensors) -> flat outputs`, where `tensors` are eager tensors
+  in `tf.nest.flatten` order of `function`'s input signature, of its dtypes
+  and shapes (not checked here). A ConcreteFunction's own `__call__` binds,
+  checks and casts its structured arguments on every call, ~0.3 ms for a
+  round's ~20 leaves; this runs the traced graph straight away. It relies on
+  TensorFlow's private `_inference_function` (TF 2.14); without it, the
+  public call is used.
+  """
+  inference = getattr(function, "_inference_function", None)
+  captured = tuple(function.captured_inputs)
+  if inference is not None and callable(inference):
+    return lambda tensors: inference(*tensors, *captured)
+  structure = function.structured_input_signature[0]
+
+  def public(tensors):
+    return tf.nest.flatten(function(*tf.nest.pack_sequence_as(structure, list(tensors))))
+
+  return public
 
 
 def _binding_names(binding) -> list[str]:

@@ -229,3 +229,78 @@ def test_packer_builds_the_containers_tff_builds():
   assert type(got.state["w"]) is type(expected.state["w"])
   assert all(type(a) is type(b) and np.array_equal(a, b)
              for a, b in zip(_leaves(got), _leaves(expected)))
+
+
+def _mixed_value():
+  import collections
+  weights = tff.learning.models.ModelWeights(
+      trainable=(np.arange(2, dtype=np.float32), np.full((2, 2), 7.0, np.float32)),
+      non_trainable=())
+  return tff.templates.MeasuredProcessOutput(
+      state=collections.OrderedDict(w=weights, step=np.int32(3)),
+      result=[np.float32(1.5), (np.ones(3, np.float32),)],
+      measurements=tff.structure.Struct([("loss", np.float32(0.25)), (None, np.int64(9))]))
+
+
+def test_flatten_gives_the_leaves_in_tffs_order():
+  """The cached flatten plan reads attrs, namedtuple, mapping, list and Struct values."""
+  from tensorflow_federated.python.core.impl.types import type_conversions
+  from fedsim.backend import computations
+  value = _mixed_value()
+  type_spec = type_conversions.infer_type(value)
+  got = computations.flatten(value, type_spec)
+  assert [np.asarray(v).tolist() for v in got] == [v.tolist() for v in _leaves(value)]
+  assert [np.asarray(v).tolist() for v in computations.flatten(value, type_spec)] == [
+      v.tolist() for v in got]  # the second call runs the cached plan
+  assert computations.flatten(np.float32(2.0), tff.TensorType(np.float32)) == [2.0]
+
+
+def test_eager_tensors_keep_values_and_take_the_specs_dtypes():
+  import tensorflow as tf
+  from fedsim.backend import computations
+  specs = [tf.TensorSpec([2], tf.float32), tf.TensorSpec([], tf.int32),
+           tf.TensorSpec([2], tf.int32), tf.TensorSpec([], tf.float32)]
+  values = [np.array([0.5, -2.0], np.float32), np.int32(4), np.array([1, 2], np.int64), 3]
+  got = computations.eager_tensors(values, specs)
+  assert [t.dtype for t in got] == [tf.float32, tf.int32, tf.int32, tf.float32]
+  assert [t.numpy().tolist() for t in got] == [[0.5, -2.0], 4, [1, 2], 3.0]
+  values[0][0] = 9.0  # the tensor holds its own copy
+  assert got[0].numpy().tolist() == [0.5, -2.0]
+
+
+def test_direct_call_equals_the_concrete_functions_own_call():
+  import tensorflow as tf
+  from fedsim.backend import computations
+
+  @tf.function(input_signature=((tf.TensorSpec([2], tf.float32), tf.TensorSpec([], tf.float32)),
+                                tf.TensorSpec([None], tf.float32)))
+  def f(pair, rest):
+    return (pair[0] * pair[1], tf.reduce_sum(rest) + pair[1])
+
+  concrete = f.get_concrete_function()
+  args = [tf.constant([1.0, 2.0]), tf.constant(3.0), tf.constant([4.0, 5.0, 6.0])]
+  expected = [[3.0, 6.0], 18.0]
+  assert [t.numpy().tolist() for t in computations.direct_call(concrete)(args)] == expected
+
+  class Public:  # a ConcreteFunction without TF's private entry point: the public call
+    structured_input_signature = concrete.structured_input_signature
+    captured_inputs = concrete.captured_inputs
+
+    def __call__(self, *a):
+      return concrete(*a)
+
+  assert [t.numpy().tolist() for t in computations.direct_call(Public())(args)] == expected
+
+
+def test_a_state_leaf_of_the_wrong_shape_is_refused():
+  from fedsim.backend import computations
+  alg = builders.algorithm("fedavg", {"client_optimizer": {"name": "sgd", "learning_rate": 0.4}},
+                           builders.task_model(num_classes=2))
+  process = inprocess.InProcessProcess(alg.process, "cpu")
+  leaves = computations.flatten(process.initialize(), process._state_type)
+  shape = np.shape(leaves[0])
+  leaves[0] = np.zeros((1, 7), np.float32)
+  bad = computations.pack(leaves, process._state_type)
+  with pytest.raises(ValueError, match=rf"state leaf has shape \(1, 7\), the state type says"
+                                       rf" \({shape[0]}, {shape[1]}\)"):
+    process.next(bad, ROUNDS[0])
