@@ -1,6 +1,7 @@
-"""Deferred packages (fedsim/backend/lazy_imports.py): the code runs once, at first
-use, in the module object importers already hold, in the order an eager import
-runs it; TFF's import-time annotations get strings, every other read the package."""
+"""What shortens start-up. Deferred packages (fedsim/backend/lazy_imports.py): the
+code runs once, at first use, in the module object importers already hold, in the
+order an eager import runs it; TFF's import-time annotations get strings, every
+other read the package. The first TFF import runs without the cyclic GC (quiet.py)."""
 
 from __future__ import annotations
 
@@ -141,6 +142,29 @@ def test_tff_imported_by_fedsim_defers_its_dp_packages_until_a_dp_factory_needs_
       import tensorflow_privacy
       print([lazy_imports.is_deferred(n) for n in ("tensorflow_privacy", "dp_accounting")],
             factory._query.__class__ is tensorflow_privacy.NormalizedQuery)
+      import gc
+      print(gc.isenabled(), gc.get_freeze_count() > 100_000)  # the import's objects, frozen
       """)
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-  assert out.stdout.splitlines()[-2:] == ["[True, True] [False, False]", "[False, False] True"]
+  assert out.stdout.splitlines()[-3:] == ["[True, True] [False, False]", "[False, False] True",
+                                          "True True"]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_first_tff_import_runs_without_the_cyclic_gc_then_freezes(monkeypatch, enabled):
+  import gc
+  from fedsim.backend import quiet
+  events = []
+  monkeypatch.setattr(gc, "freeze", lambda: events.append(("freeze", gc.isenabled())))
+  (gc.enable if enabled else gc.disable)()
+  try:
+    with quiet._without_cyclic_gc(True):  # pylint: disable=protected-access
+      events.append(("inside", gc.isenabled()))
+    with quiet._without_cyclic_gc(False):  # pylint: disable=protected-access
+      events.append(("later import", gc.isenabled()))
+    with pytest.raises(ImportError), quiet._without_cyclic_gc(True):  # pylint: disable=protected-access
+      raise ImportError("no TFF")
+    assert events == [("inside", False), ("freeze", enabled), ("later import", enabled)]
+    assert gc.isenabled() == enabled
+  finally:
+    gc.enable()
