@@ -97,7 +97,7 @@ class _DeferringLoader(importlib.abc.Loader):
 
 
 class _DeferredModule(types.ModuleType):
-  """A module whose code runs at the first read of a name it lacks."""
+  """A module whose code runs at the first read of a name it lacks (or `dir()`)."""
 
   def __getattr__(self, name):
     state = types.ModuleType.__getattribute__(self, "__dict__")
@@ -110,6 +110,14 @@ class _DeferredModule(types.ModuleType):
         return annotation
       _run(self, state, deferred)
     return getattr(self, name)
+
+  def __dir__(self):  # the names the code defines, as after an eager import
+    state = types.ModuleType.__getattribute__(self, "__dict__")
+    with _LOCK:
+      deferred = state.get("_fedsim_deferred")
+      if deferred is not None:
+        _run(self, state, deferred)
+    return types.ModuleType.__dir__(self)
 
 
 def _run(module, state, deferred) -> None:

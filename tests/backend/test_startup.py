@@ -67,6 +67,11 @@ def test_code_runs_once_at_the_first_read_in_the_same_object(fake):
     held.missing  # pylint: disable=pointless-statement
 
 
+def test_dir_runs_the_code_and_lists_its_names(fake):
+  import fedsim_fake_dp
+  assert {"Annot", "Other"} <= set(dir(fedsim_fake_dp)) and _ran() == ["fedsim_fake_dp"]
+
+
 def test_a_submodule_import_runs_the_package_first(fake):
   import fedsim_fake_dp  # noqa: F401
   import fedsim_fake_dp.sub  # the import system reads the package's __path__ only
