@@ -188,7 +188,17 @@ def markdown(rows, scaling, memory, runtimes, host, args, peak) -> str:
     out += ["", "GFLOP per round: examples x 3 x 2 x MACs per example (forward = 2 FLOPs per"
             " multiply-accumulate of the Dense and Conv2D layers; forward + backward ~ 3x"
             " forward); the same count for bfloat16 rows.",
-            f"FP32 peak: {peak_how}.", ""]
+            f"FP32 peak: {peak_how}."]
+    over = [(row[r] and row["gflop"] / (row[r] / 1000) / peak_gflops, row["workload"], r)
+            for row in rows for r in measured
+            if r.startswith(("inprocess", "graph_loop")) and not r.endswith("_bf16")]
+    top = max(over, default=None)
+    if top and top[0] > 1:
+      out.append(f"{top[2]} on {top[1]} ran at {100 * top[0]:.0f}% of that peak: the cores"
+                 " run above the nominal 'cpu MHz' clock (boost), which the machine does not"
+                 " report, so the true peak is higher and % of peak overstates how much of it"
+                 " a run uses.")
+    out.append("")
   if scaling or memory:
     import scaling as scaling_bench  # noqa: E402
     if scaling:
