@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import os
 import pathlib
@@ -50,6 +51,8 @@ DEFAULT_RUNTIMES = ("stock_tff", "inprocess", "graph_loop", "inprocess_bf16", "g
 # Assumed 512-bit FMA units per core (Sapphire Rapids and Zen 5 server parts
 # have two); not readable from /proc/cpuinfo.
 FMA_UNITS_PER_CORE = 2
+# Untimed pause before each timed round (see `interleaved_ms`).
+SETTLE_S = 0.05
 
 
 def median_ms(run_round, rounds: int, warmup: int) -> float:
@@ -60,7 +63,12 @@ def interleaved_ms(round_fns: dict, rounds: int, warmup: int) -> dict[str, float
   """Median ms/round of each function, timed in turns (A B C A B C ...).
 
   Other processes on a shared machine then slow every runtime alike, so
-  the ratios hold even when the absolute numbers drift.
+  the ratios hold even when the absolute numbers drift. Between turns, and
+  untimed, Python's garbage collector runs and the machine gets a moment to
+  settle: otherwise a stock TFF round (~10^5 Python objects, and its worker
+  process still busy after it returns) slowed whichever runtime came next,
+  W2's 8 ms rounds by ~2 ms. Each runtime still pays for the collections its
+  own round triggers.
   """
   for run_round in round_fns.values():
     for _ in range(warmup):
@@ -68,6 +76,8 @@ def interleaved_ms(round_fns: dict, rounds: int, warmup: int) -> dict[str, float
   times = {name: [] for name in round_fns}
   for _ in range(rounds):
     for name, run_round in round_fns.items():
+      gc.collect()
+      time.sleep(SETTLE_S)
       start = time.perf_counter()
       run_round()
       times[name].append(time.perf_counter() - start)
