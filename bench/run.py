@@ -25,12 +25,10 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
-import json
 import os
 import pathlib
 import platform
 import statistics
-import subprocess
 import sys
 import time
 
