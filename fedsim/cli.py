@@ -216,9 +216,10 @@ def _compare(args) -> int:
 
 def _status(args) -> int:
   from fedsim.experiment.status import find_runs, run_status
-  for run_dir in find_runs(args.path):
-    print(run_status(run_dir).line())
-  return 0
+  statuses = [run_status(run_dir) for run_dir in find_runs(args.path)]
+  for status in statuses:
+    print(status.line())
+  return 1 if any(s.status == "unreadable" for s in statuses) else 0
 
 
 def _data(args) -> int:

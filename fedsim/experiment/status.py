@@ -27,9 +27,10 @@ class RunStatus:
 
   Attributes:
     run_dir: the directory.
-    status: 'running', 'completed', 'failed', 'interrupted', or 'unknown'
-      when it has no status file.
-    message: why it failed or stopped, from the status file ('' if none).
+    status: 'running', 'completed', 'failed', 'interrupted', 'unknown'
+      when it has no status file, or 'unreadable' when one of its files is.
+    message: why it failed or stopped, from the status file ('' if none), or
+      which file is unreadable and why.
     rounds_done: the last round in metrics.csv (0 if none).
     rounds: the configured number of rounds (None if config.yaml is unreadable).
     checkpoint: the round of the newest complete checkpoint (None if none):
@@ -62,14 +63,18 @@ class RunStatus:
 def run_status(run_dir: str | os.PathLike, now: float | None = None) -> RunStatus:
   """The state of one run directory (see `RunStatus`).
 
-  Raises:
-    UserError: naming the file, if a checkpoint or metrics.csv is unreadable.
+  A run whose status file, metrics.csv or newest checkpoint cannot be read
+  is 'unreadable', with the error naming the file: one damaged run does not
+  hide the others of a listing.
   """
   run_dir = pathlib.Path(run_dir)
-  status, message = read_status(run_dir)
   metrics = run_dir / "metrics.csv"
-  rows = read_metrics_csv(metrics) if metrics.is_file() else []
-  checkpoint = latest_checkpoint(run_dir)
+  try:
+    status, message = read_status(run_dir)
+    rows = read_metrics_csv(metrics) if metrics.is_file() else []
+    checkpoint = latest_checkpoint(run_dir)
+  except UserError as e:
+    status, message, rows, checkpoint = "unreadable", str(e), [], None
   written = [p.stat().st_mtime for p in (metrics, run_dir / "status") if p.is_file()]
   now = time.time() if now is None else now
   return RunStatus(run_dir=run_dir, status=status or "unknown", message=message,

@@ -160,10 +160,17 @@ def mark_interrupted(run_dir: str | os.PathLike) -> None:
 
 
 def read_status(run_dir: str | os.PathLike) -> tuple[str, str]:
-  """Returns (status, message) of a run; ('', '') if it has no status file."""
+  """Returns (status, message) of a run; ('', '') if it has no status file.
+
+  Raises:
+    UserError: naming the file, if it exists but cannot be read.
+  """
+  path = pathlib.Path(run_dir) / "status"
   try:
-    text = (pathlib.Path(run_dir) / "status").read_text(encoding="utf-8")
+    text = path.read_text(encoding="utf-8")
   except FileNotFoundError:
     return "", ""
+  except (OSError, UnicodeDecodeError) as e:
+    raise UserError(f"{path}: unreadable status file ({e})") from None
   status, _, message = text.partition("\n")
   return status, message.rstrip("\n")

@@ -60,3 +60,20 @@ def test_nothing_to_report_is_one_line_and_exit_2(tmp_path, capsys, make, messag
   assert cli.main(["status", str(make(tmp_path))]) == 2
   assert capsys.readouterr().err.splitlines() == [
       "fedsim: error: " + message.format(p=tmp_path)]
+
+
+def test_a_damaged_run_is_listed_as_unreadable_and_the_others_still_are(tmp_path, capsys):
+  good = _run_dir(tmp_path, "a", "completed", 5, checkpoint=5)
+  broken_checkpoint = _run_dir(tmp_path, "b", "failed", 3, checkpoint=2)
+  (progress,) = broken_checkpoint.glob("checkpoints/*/progress.json")
+  progress.write_text("{not json")
+  broken_status = _run_dir(tmp_path, "c", "running", 1)
+  (broken_status / "status").write_bytes(b"\xff\xfe running\n")
+  assert cli.main(["status", str(tmp_path)]) == 1
+  lines = capsys.readouterr().out.splitlines()
+  assert lines[0] == f"{good}: completed, round 5 of 5"
+  assert lines[1].startswith(f"{broken_checkpoint}: unreadable, round 0 of 5, no checkpoint:"
+                             f" {progress}: unreadable checkpoint (")
+  assert lines[2].startswith(f"{broken_status}: unreadable, round 0 of 5, no checkpoint:"
+                             f" {broken_status / 'status'}: unreadable status file (")
+  assert len(lines) == 3
