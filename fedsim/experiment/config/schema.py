@@ -47,7 +47,8 @@ class RuntimeConfig:
   # inprocess/ray. clients: each op on one thread, as many ops at once as
   # cores, so clients train side by side (a batch's small ops do not scale
   # across cores, clients do); tensorflow: TF's default pools. Set when a run
-  # starts TensorFlow; a process whose TF already runs keeps its pools.
+  # starts TensorFlow; a process whose TF already runs keeps its pools. A ray
+  # actor sizes both to its cpus_per_worker instead of the machine's cores.
   threads: Literal["clients", "tensorflow"] = bounded("clients",
                                                       used_with=("name", "inprocess", "ray"))
   # inprocess/ray. bfloat16: forward and backward passes in bfloat16 from
