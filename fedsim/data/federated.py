@@ -174,6 +174,11 @@ def client_ids(num_clients: int) -> list[str]:
   return [f"client_{i:0{width}d}" for i in range(num_clients)]
 
 
+def client_number(client_id: str) -> int:
+  """The inverse of `client_ids`: "client_0042" -> 42 (the id is not checked)."""
+  return int(client_id.rsplit("_", 1)[1])
+
+
 @dataclasses.dataclass(frozen=True)
 class ClientBatching:
   """How each client turns its examples into local training batches."""
@@ -317,15 +322,12 @@ def generated_clients(num_clients: int, generate: Callable[[int], Examples], *,
     max_examples_per_client: cap, or None.
     seed: the run seed (for the cap's stream).
   """
-  def index(client_id: str) -> int:
-    # "client_0042" -> 42; LazyClients has checked the id is one of `ids`.
-    return int(client_id.rsplit("_", 1)[1])
-
+  # LazyClients has checked that an id is one of `client_ids(num_clients)`.
   return LazyClients(
-      client_ids(num_clients), lambda cid: generate(index(cid)),
+      client_ids(num_clients), lambda cid: generate(client_number(cid)),
       max_examples_per_client=max_examples_per_client, seed=seed,
-      size=lambda cid: size(index(cid)),
-      labels=None if labels is None else (lambda cid: labels(index(cid))))
+      size=lambda cid: size(client_number(cid)),
+      labels=None if labels is None else (lambda cid: labels(client_number(cid))))
 
 
 class _HeldOut(Mapping[str, Examples]):
