@@ -169,15 +169,15 @@ _UNCOMPRESSED_WIRE: dict[str, ClientWireBits] = {}
 
 
 def _uncompressed_wire_bits(config, model, num_clients: int) -> ClientWireBits:
-  """`_wire_bits` of the algorithm without its encoders, cached by what it depends on."""
-  chains = tuple(tuple(s for s in chain if not is_compressing(registry, s))
-                 for chain, registry in ((config.aggregation_chain(), AGGREGATION_STAGES),
-                                         (config.broadcast_chain(), BROADCAST_STAGES)))
-  key = repr((config.algorithm, config.model, config.data, config.clients_per_round,
-              config.seed, chains, num_clients, model.weights_type))
+  """`_wire_bits` of the algorithm without its encoders, cached by what it depends on:
+  the algorithm, the model and data configs, the model's weight types and every
+  field of the Task but the model object."""
+  task = _task(config, model, compressed=False, num_clients=num_clients)
+  key = repr((config.algorithm, config.model, config.data, model.weights_type,
+              dataclasses.replace(task, model=None)))
   if key not in _UNCOMPRESSED_WIRE:
-    _UNCOMPRESSED_WIRE[key] = _wire_bits(_build_algorithm(config, model, compressed=False,
-                                                          num_clients=num_clients))
+    algorithm = ALGORITHMS.get(config.algorithm.name).build(config.algorithm.params, task)
+    _UNCOMPRESSED_WIRE[key] = _wire_bits(algorithm)
   return _UNCOMPRESSED_WIRE[key]
 
 
@@ -210,15 +210,20 @@ def _compresses(config) -> bool:
 def _build_algorithm(config, model, compressed: bool = True,
                      num_clients: int = 0) -> FederatedAlgorithm:
   """The configured algorithm; with `compressed` False, its chains lose their encoders."""
+  task = _task(config, model, compressed, num_clients)
+  return ALGORITHMS.get(config.algorithm.name).build(config.algorithm.params, task)
+
+
+def _task(config, model, compressed: bool, num_clients: int) -> Task:
+  """What the configured algorithm is built for (without encoders unless `compressed`)."""
   aggregation, broadcast = config.aggregation_chain(), config.broadcast_chain()
   if not compressed:
     aggregation = tuple(s for s in aggregation if not is_compressing(AGGREGATION_STAGES, s))
     broadcast = tuple(s for s in broadcast if not is_compressing(BROADCAST_STAGES, s))
-  task = Task(model=model, batch_size=config.data.params.batch_size,
+  return Task(model=model, batch_size=config.data.params.batch_size,
               epochs=config.data.params.epochs, aggregation=aggregation, broadcast=broadcast,
               clients_per_round=config.clients_per_round, seed=config.seed,
               num_clients=num_clients)
-  return ALGORITHMS.get(config.algorithm.name).build(config.algorithm.params, task)
 
 
 def pack_client(sim: Simulation, round_num: int, client_id: str) -> dict[str, np.ndarray]:
