@@ -148,14 +148,14 @@ def lower_bound_round(keras_model: tf.keras.Model, packed, client_lr: float,
 
   `packed` is a list of per-client dicts of `x [steps, batch, ...]`, `y`,
   `mask` (as fedsim packs them); every batch must be full (no padding), as
-  in the benchmark workloads, so the masks are not read.
+  in the benchmark workloads: the masks only give each client's example count.
   """
   variables = keras_model.trainable_variables
   global_weights = [tf.constant(v.numpy()) for v in variables]
   inputs = [(tf.constant(c["x"]), tf.constant(c["y"]),
              tf.constant(float(c["mask"].sum()))) for c in packed]
   if any(float(c["mask"].min()) < 1 for c in packed):
-    raise ValueError("the lower bound assumes full batches")
+    raise ValueError("the python loop assumes full batches")
   loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
   @tf.function

@@ -1,6 +1,6 @@
 """Round time of fedsim vs a hand-written TensorFlow graph and stock TFF.
 
-    uv run python bench/run.py            # everything, ~8-10 min on 2 cores
+    uv run python bench/run.py            # everything, ~3-4 min on 2 cores (--rounds 40: ~4)
     uv run python bench/run.py --quick    # fewer rounds, no 1,000-client row, no memory test
     uv run python bench/run.py --workloads W2 --runtimes inprocess,graph_loop --no-scaling
 
@@ -15,7 +15,8 @@ hand-written reference of baselines.py: every client in one tf.function),
 worker), `python_loop` (one tf.function call per client); `_bf16` variants
 run `runtime.precision: bfloat16` and the reference in bfloat16.
 ms/round is the median over --rounds rounds after --warmup rounds, of the
-call that runs a round (client data already packed, as the run loop times it).
+call that runs a round on clients packed beforehand (the run loop's round_seconds
+also count packing, ~0.3 ms a client: see the scaling rows).
 This process runs TensorFlow with `runtime.threads: clients` (fedsim's
 default for inprocess): each op on one thread, as many at once as cores.
 """
@@ -51,10 +52,6 @@ DEFAULT_RUNTIMES = ("stock_tff", "inprocess", "graph_loop", "inprocess_bf16", "g
 FMA_UNITS_PER_CORE = 2
 # Untimed pause before each timed round (see `interleaved_ms`).
 SETTLE_S = 0.05
-
-
-def median_ms(run_round, rounds: int, warmup: int) -> float:
-  return interleaved_ms({"_": run_round}, rounds, warmup)["_"]
 
 
 def interleaved_ms(round_fns: dict, rounds: int, warmup: int) -> dict[str, float]:
@@ -164,8 +161,10 @@ def markdown(rows, scaling, memory, runtimes, host, args, peak) -> str:
          f"on {datetime.date.today()}: {host}.", "",
          f"ms/round: median of {args.rounds} rounds after {args.warmup} warm-up rounds; the"
          " runtimes of a workload take turns round by round, so load from other"
-         " processes hits them alike. TensorFlow in this process: intra-op 1 thread,"
-         " inter-op one per core (`runtime.threads: clients`).", ""]
+         " processes hits them alike. TensorFlow in this process: " + (
+             "intra-op 1 thread, inter-op one per core (`runtime.threads: clients`)."
+             if THREADS_SET else "its default pools (it started before they could be set)."),
+         ""]
   if rows:
     ref = "graph_loop" if "graph_loop" in runtimes else None
     header = ["workload"] + [f"{r} ms" for r in runtimes]
