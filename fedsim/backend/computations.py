@@ -184,7 +184,9 @@ def eager_tensors(values: Sequence[Any], specs: Sequence[tf.TensorSpec]) -> list
   `tf.convert_to_tensor`'s ~12 us (a round converts ~10-20 leaves); any
   other value goes through `tf.convert_to_tensor`, with its checks.
   """
-  device = _tf_context.context().device_name
+  context = _tf_context.context()
+  context.ensure_initialized()  # the constructor needs it; the first op of a process makes it
+  device = context.device_name
   out = []
   for value, spec in zip(values, specs):
     if (_EagerTensor is not None and isinstance(value, (np.ndarray, np.generic)) and
