@@ -182,7 +182,9 @@ def eager_tensors(values: Sequence[Any], specs: Sequence[tf.TensorSpec]) -> list
   A NumPy value already of its spec's dtype becomes a tensor straight
   through TensorFlow's private `EagerTensor` constructor, ~4 us instead of
   `tf.convert_to_tensor`'s ~12 us (a round converts ~10-20 leaves); any
-  other value goes through `tf.convert_to_tensor`, with its checks.
+  other value goes through `tf.convert_to_tensor`, with its checks. A tensor
+  may share memory with its NumPy value (TensorFlow does so for suitably
+  aligned arrays): the values must not change while the tensors are in use.
   """
   context = _tf_context.context()
   context.ensure_initialized()  # the constructor needs it; the first op of a process makes it
