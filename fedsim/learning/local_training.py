@@ -244,7 +244,8 @@ def _train_per_batch(predict, optimizer, weights, optimizer_state, batches, extr
   batch gradient) with less per-batch work: the round's time on small models
   is mostly per-op cost, not arithmetic. The targets of every batch are
   counted once per client; when each batch has one (the usual case) the loop
-  runs without a per-batch condition and sums only loss and accuracy per batch.
+  runs without a per-batch condition. Either way only loss and accuracy are
+  summed per batch.
   """
   labels = tf.cast(batches["y"], tf.int32)
   real = _target_mask(labels, batches["mask"], pad_label)  # [steps, batch, ...]
@@ -254,44 +255,33 @@ def _train_per_batch(predict, optimizer, weights, optimizer_state, batches, extr
       tf.cast(tf.reduce_sum(real, axis=example_axes) > 0, tf.float32)
       if example_axes else real)
 
-  def every_batch():
+  def loop(guarded: bool):
+    """The batches in order; with `guarded`, a batch without targets is skipped."""
     def step(i, weights, opt_state, loss_sum, correct):
-      grads, (batch_sum, batch_correct) = _gradient(
-          lambda w: _split_loss(_masked_loss(predict, w, batches["x"][i], labels[i], real[i],
-                                             step_targets[i])),
-          weights, extra_gradient)
-      new_state, new_weights = optimizer.next(opt_state, weights, grads)
-      return i + 1, tuple(new_weights), new_state, loss_sum + batch_sum, correct + batch_correct
+      def update():
+        grads, (batch_sum, batch_correct) = _gradient(
+            lambda w: _split_loss(_masked_loss(predict, w, batches["x"][i], labels[i],
+                                               real[i], step_targets[i])),
+            weights, extra_gradient)
+        new_state, new_weights = optimizer.next(opt_state, weights, grads)
+        return tuple(new_weights), new_state, loss_sum + batch_sum, correct + batch_correct
+
+      if not guarded:
+        return (i + 1, *update())
+      return (i + 1, *tf.cond(step_targets[i] > 0, update,
+                              lambda: (weights, opt_state, loss_sum, correct)))
 
     _, new_weights, new_state, loss_sum, correct = tf.while_loop(
         lambda i, *_: i < num_steps, step,
         (tf.constant(0), weights, optimizer_state, tf.constant(0.0), tf.constant(0.0)))
-    stats = BatchStats(loss_sum, correct, num_examples, tf.reduce_sum(step_targets))
-    return new_weights, new_state, stats, tf.cast(num_steps, tf.float32)
+    return new_weights, new_state, loss_sum, correct
 
-  def some_skipped():
-    def step(i, weights, opt_state, stats, applied):
-      x, y, mask = batches["x"][i], batches["y"][i], batches["mask"][i]
-
-      def update():
-        grads, batch_stats = batch_gradient(predict, weights, x, y, mask, extra_gradient,
-                                            pad_label)
-        new_state, new_weights = optimizer.next(opt_state, weights, grads)
-        return tuple(new_weights), new_state, add_stats(stats, batch_stats), applied + 1.0
-
-      weights, opt_state, stats, applied = tf.cond(
-          step_targets[i] > 0, update, lambda: (weights, opt_state, stats, applied))
-      return i + 1, weights, opt_state, stats, applied
-
-    _, new_weights, new_state, stats, applied = tf.while_loop(
-        lambda i, *_: i < num_steps, step,
-        (tf.constant(0), weights, optimizer_state, zero_stats(), tf.constant(0.0)))
-    return new_weights, new_state, stats, applied
-
-  weights, optimizer_state, stats, applied = tf.cond(
-      tf.reduce_all(step_targets > 0), every_batch, some_skipped)
-  return TrainResult(tuple(weights), optimizer_state, BatchStats(*stats),
-                     empty_window(weights), applied)
+  has_targets = step_targets > 0
+  weights, optimizer_state, loss_sum, correct = tf.cond(
+      tf.reduce_all(has_targets), lambda: loop(guarded=False), lambda: loop(guarded=True))
+  stats = BatchStats(loss_sum, correct, num_examples, tf.reduce_sum(step_targets))
+  applied = tf.reduce_sum(tf.cast(has_targets, tf.float32))  # optimizer steps
+  return TrainResult(weights, optimizer_state, stats, empty_window(weights), applied)
 
 
 def _split_loss(masked):
