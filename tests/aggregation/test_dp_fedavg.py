@@ -70,12 +70,14 @@ def test_differential_privacy_adds_no_bits_to_the_model_update():
 
 
 def test_epsilon_is_the_rdp_composition_of_sampled_gaussian_rounds():
+  # Replace-one moves the clipped sum by 2 clips: multiplier 1.1 is 0.55 of that
+  # sensitivity (that it bounds the true loss: test_dp_worst_case.py).
   import dp_accounting
   from fedsim.aggregation.accounting import PrivacyLedger
   ledger = PrivacyLedger(noise_multiplier=1.1, population=500, sample_size=20, delta=1e-5)
   for rounds in (1, 7, 40):
     event = dp_accounting.SelfComposedDpEvent(dp_accounting.SampledWithoutReplacementDpEvent(
-        500, 20, dp_accounting.GaussianDpEvent(1.1)), rounds)
+        500, 20, dp_accounting.GaussianDpEvent(0.55)), rounds)
     accountant = dp_accounting.rdp.RdpAccountant(
         neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
     assert ledger.epsilon(rounds) == pytest.approx(
