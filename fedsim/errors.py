@@ -44,3 +44,9 @@ def host_error(error: OSError, path: str | os.PathLike | None = None,
   where = error.filename if error.filename is not None else path
   reason = reason[:1].lower() + reason[1:]
   return HostError(f"{reason} ({doing} {os.fspath(where)})" if where is not None else reason)
+
+
+def one_line(error: BaseException) -> str:
+  """'<ExceptionType>: <message on one line>', for errors raised by user code."""
+  text = " ".join(str(error).split()) or "(no message)"
+  return f"{type(error).__name__}: {text}"

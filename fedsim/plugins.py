@@ -10,7 +10,9 @@ directory (`./my_plugin.py`).
 A file is imported under a module name derived from its absolute path, so
 naming it again (another config, `--plugin` and `plugins:` together, a
 notebook cell run twice) reuses the module instead of registering its
-entries a second time.
+entries a second time. The same holds across the two ways of naming a file:
+a `plugins:` file and a `builder: "module:fn"` (or module plugin) whose
+module is that file are one module (see `fedsim.registry.import_module`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ import sys
 import types
 from typing import Any
 
-from fedsim.errors import UserError
+from fedsim.errors import UserError, one_line  # one_line: also imported from here
+from fedsim.registry import import_module, loaded_from
 
 
 def is_file_plugin(spec: str) -> bool:
@@ -77,7 +80,7 @@ def load_plugin(spec: str, base_dir: str | os.PathLike, *, where: str) -> types.
       sys.path.insert(0, entry)
   importlib.invalidate_caches()
   try:
-    return importlib.import_module(spec)
+    return import_module(spec)
   except Exception as e:  # the plugin's own error, reported in one line
     raise UserError(f"{where}: {one_line(e)}") from None
 
@@ -95,6 +98,10 @@ def _import_file(path: pathlib.Path, where: str) -> types.ModuleType:
     return sys.modules[name]
   if not path.is_file():
     raise UserError(f"{where}: file not found ({path})")
+  module = loaded_from(path)  # imported by module name (`--plugin`, a builder) before
+  if module is not None:
+    sys.modules[name] = module
+    return module
   spec = importlib.util.spec_from_file_location(name, path)
   module = importlib.util.module_from_spec(spec)
   # Registered before running, as an import would: dataclasses and
@@ -106,12 +113,6 @@ def _import_file(path: pathlib.Path, where: str) -> types.ModuleType:
     del sys.modules[name]
     raise UserError(f"{where}: {one_line(e)}") from None
   return module
-
-
-def one_line(error: BaseException) -> str:
-  """'<ExceptionType>: <message on one line>', for errors raised by user code."""
-  text = " ".join(str(error).split()) or "(no message)"
-  return f"{type(error).__name__}: {text}"
 
 
 def plugin_dir(source: Any) -> pathlib.Path:

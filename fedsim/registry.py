@@ -12,10 +12,14 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
+import importlib.util
+import os
+import pathlib
 import sys
+import types
 from typing import Any, Callable, Generic, TypeVar
 
-from fedsim.errors import UserError
+from fedsim.errors import UserError, one_line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,21 +98,54 @@ class Registry(Generic[F]):
 
 def resolve(path: str, *, key: str) -> Any:
   """The callable at "package.module:function" (a config's `builder:` key); the
-  working directory is importable. Used wherever a config names user code.
+  working directory is importable. Used wherever a config names user code; a
+  module that is also a `plugins:` file is that plugin, not imported twice.
 
   Raises:
-    UserError: naming `{key}.builder` when the module or function is missing.
+    UserError: naming `{key}.builder` when the module or function is missing,
+      or when importing the module raised (one line, no traceback).
   """
   module_name, _, attr = path.partition(":")
   if "" not in sys.path:  # `python -m` and console scripts differ here; make them agree
     sys.path.insert(0, "")
   try:
-    module = importlib.import_module(module_name)
+    module = import_module(module_name)
   except ImportError as e:
     raise UserError(f"{key}.builder: cannot import module '{module_name}' ({e})") from None
+  except Exception as e:  # the user's module failed while importing: their input, not a bug
+    raise UserError(f"{key}.builder: importing '{module_name}' raised {one_line(e)}") from None
   fn = module
   for part in attr.split("."):
     fn = getattr(fn, part, None)
   if not callable(fn):
     raise UserError(f"{key}.builder: module '{module_name}' has no function '{attr}'")
   return fn
+
+
+def import_module(name: str) -> types.ModuleType:
+  """`importlib.import_module(name)`, except that a file already imported under
+  another name (a `plugins:` file) is that module, not run a second time: its
+  registrations would fail as 'already registered'."""
+  if name in sys.modules:
+    return sys.modules[name]
+  try:
+    spec = importlib.util.find_spec(name)
+  except (ImportError, ValueError):  # import_module below reports it
+    spec = None
+  module = loaded_from(spec.origin) if spec is not None and spec.origin else None
+  if module is None:
+    return importlib.import_module(name)
+  sys.modules[name] = module  # so the user's own `import name` gets it too
+  return module
+
+
+def loaded_from(path: str | os.PathLike) -> types.ModuleType | None:
+  """The module already imported from file `path`, under whichever name."""
+  path = pathlib.Path(path).resolve()
+  for module in list(sys.modules.values()):
+    file = getattr(module, "__file__", None)
+    # Comparing base names first keeps this cheap with thousands of modules loaded.
+    if (isinstance(file, str) and os.path.basename(file) == path.name
+        and pathlib.Path(file).resolve() == path):
+      return module
+  return None

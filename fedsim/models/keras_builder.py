@@ -50,16 +50,7 @@ class KerasParams:
 def build_keras(params: KerasParams, input_shape, num_classes):
   """Your own Keras model: `builder(input_shape=..., num_classes=..., **args)`."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  module = params.builder.partition(":")[0]
-  try:
-    fn = resolve(params.builder, key="model")
-  except UserError:
-    raise
-  except Exception as e:  # pylint: disable=broad-except
-    # The user's module failed while being imported (a syntax error, a bad
-    # top-level statement): that is their input, not a fedsim bug.
-    raise UserError(f"model.builder: importing '{module}' raised {type(e).__name__}:"
-                    f" {first_line(e)}") from None
+  fn = resolve(params.builder, key="model")
   try:
     model = fn(input_shape=tuple(input_shape), num_classes=num_classes, **params.args)
   except Exception as e:  # pylint: disable=broad-except

@@ -19,7 +19,6 @@ from fedsim.experiment.config.schema import ExperimentConfig
 from fedsim.config.typed import Component
 from fedsim.data import tff_files
 from fedsim.errors import UserError
-from fedsim.plugins import one_line
 from fedsim.registry import resolve
 
 # Where the NVIDIA driver lists GPUs on Linux (one directory per device).
@@ -63,7 +62,7 @@ def _check(config: ExperimentConfig) -> Iterator[str]:
   for key, params in components(config):
     builder = getattr(params, "builder", None)
     if isinstance(builder, str) and ":" in builder:
-      _import_builder(builder, key)
+      resolve(builder, key=key)  # imports the module: UserError naming the key
       yield f"not checked: what {key}.builder {builder} returns (it runs in a run)"
   if config.runtime.device == "gpu":
     yield from _gpu()
@@ -87,21 +86,6 @@ def components(node: Any, key: str = "") -> Iterator[tuple[str, Any]]:
   elif dataclasses.is_dataclass(node) and not isinstance(node, type):
     for field in dataclasses.fields(node):
       yield from components(getattr(node, field.name), f"{key}.{field.name}" if key else field.name)
-
-
-def _import_builder(builder: str, key: str) -> None:
-  """Imports the module of `builder` ("module:function") and finds the attribute.
-
-  Raises:
-    UserError: naming `{key}.builder` when either is missing or the import fails.
-  """
-  module = builder.partition(":")[0]
-  try:
-    resolve(builder, key=key)
-  except UserError:
-    raise
-  except Exception as e:  # the user's module failed while importing: one line, no traceback
-    raise UserError(f"{key}.builder: importing '{module}' raised {one_line(e)}") from None
 
 
 def _gpu() -> Iterator[str]:
