@@ -33,7 +33,7 @@ def registries() -> list[Registry]:
     except ModuleNotFoundError as e:
       if e.name != name:  # only a package this fedsim does not have is skipped
         raise
-  return sorted(REGISTRIES, key=lambda r: r.kind)
+  return sorted(REGISTRIES, key=lambda r: r.name)
 
 
 def format_catalog(kind: str | None = None) -> str:
@@ -45,9 +45,11 @@ def format_catalog(kind: str | None = None) -> str:
   chosen = registries()
   if kind is not None:
     wanted = _normalize(kind)
-    chosen = [r for r in chosen if _normalize(r.kind) in (wanted, wanted.rstrip("s"))]
+    # A registry's one-word name, or its kind as fedsim once listed it ('aggregation stage').
+    chosen = [r for r in chosen
+              if {wanted, wanted.rstrip("s")} & {_normalize(r.name), _normalize(r.kind)}]
     if not chosen:
-      kinds = sorted({r.kind for r in registries()})
+      kinds = sorted({r.name for r in registries()})
       raise UserError(f"list: no registry '{kind}'{closest(kind, kinds)}; choose one of:"
                       f" {', '.join(kinds)}")
   return "\n\n".join(format_registry(r) for r in chosen)
@@ -59,10 +61,10 @@ def format_registry(registry: Registry) -> str:
   width = max((len(e.name) for e in entries), default=0)
   lines = []
   for entry in entries:
-    lines.append(f"{registry.kind} {entry.name:<{width}}  {describe_params(entry.params)}")
+    lines.append(f"{registry.name} {entry.name:<{width}}  {describe_params(entry.params)}")
     if entry.summary:
       lines.append(f"    {entry.summary}")
-  return "\n".join(lines) or f"{registry.kind}: (no entries)"
+  return "\n".join(lines) or f"{registry.name}: (no entries)"
 
 
 def describe_params(params: type) -> str:
@@ -88,7 +90,7 @@ def describe_params(params: type) -> str:
 
 def _type_text(tp: Any, metadata: Mapping[str, Any] = types.MappingProxyType({})) -> str:
   if "registry" in metadata:
-    return metadata["registry"].kind
+    return metadata["registry"].name
   if "choice_of" in metadata:
     return "|".join(metadata["choice_of"].names())
   origin, args = typing.get_origin(tp), typing.get_args(tp)

@@ -50,8 +50,12 @@ def closest(name: str, options) -> str:
 class Registry(Generic[F]):
   """A named collection of builders, each with its own parameter dataclass."""
 
-  def __init__(self, kind: str):
+  def __init__(self, kind: str, name: str | None = None):
+    """`kind` names an entry in messages ('unknown aggregation stage ...');
+    `name`, one word, is what `fedsim list` prints and is asked for (default:
+    the first word of `kind`, so 'aggregation stage' is listed as 'aggregation')."""
     self.kind = kind
+    self.name = name or kind.split()[0]
     self._entries: dict[str, Entry] = {}
     REGISTRIES.append(self)
 

@@ -138,6 +138,20 @@ def test_list_everything_without_tensorflow(tmp_path):
          "    An optimizer from a plugin." in result.stdout
 
 
+def test_list_names_every_registry_by_one_word(capsys):
+  from fedsim import cli
+  from fedsim.catalog import registries
+  names = [r.name for r in registries()]
+  assert all(len(name.split()) == 1 for name in names) and len(set(names)) == len(names)
+  assert {"aggregation", "broadcast", "speed", "staleness"} <= set(names)
+  assert cli.main(["list", "aggregation"]) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert any(line.startswith("aggregation clip ") for line in lines)
+  assert all(line.startswith(("aggregation ", "    ")) for line in lines)
+  assert cli.main(["list", "aggregation stage"]) == 0  # the name it had before
+  assert capsys.readouterr().out.splitlines() == lines
+
+
 def test_list_unknown_registry(capsys):
   from fedsim import cli
   assert cli.main(["list", "encodr"]) == 2
