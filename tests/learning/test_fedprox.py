@@ -1,4 +1,7 @@
-"""FedProx (Li et al. 2020) against a NumPy reference of its proximal local objective."""
+"""FedProx (Li et al. 2020) against a NumPy reference of its proximal local objective.
+
+The reference adds mu (v - w^t) to each local gradient, the paper's sign; TFF 0.87's
+`build_weighted_fed_prox` uses mu (w^t - v), so it is not the reference here."""
 
 from __future__ import annotations
 
