@@ -89,6 +89,8 @@ def parse(cls: type, data: Any, key: str = "", reserved: tuple[str, ...] = ()) -
   where = key or "config"
   if data is None:
     data = {}
+  if isinstance(data, str) and "name" in {f.name for f in dataclasses.fields(cls)}:
+    data = {"name": data}  # `runtime: inprocess`, as a registry section's `model: mlp`
   if not isinstance(data, Mapping):
     raise UserError(f"{where}: expected a mapping of keys, got {_describe(data)}")
   hints = typing.get_type_hints(cls)

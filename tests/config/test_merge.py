@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
+from fedsim import cli
 from fedsim.experiment.config.loader import apply_overrides, expand_variants, load_config
 from fedsim.experiment.config.merge import deep_merge
 from fedsim.errors import UserError
@@ -75,3 +77,31 @@ def test_set_into_a_value_that_is_not_a_section():
     apply_overrides(BASE, ["rounds.x=1"])
   with pytest.raises(UserError, match=r"^--set data.alpha.x.y=1: 'data.alpha' is not a section$"):
     apply_overrides(BASE, ["data.alpha.x.y=1"])
+
+
+RAY = dict(BASE, runtime={"name": "ray", "workers": 4, "precision": "bfloat16"})
+
+
+@pytest.mark.parametrize("item,runtime", [
+    # Another name: the section becomes that entry at its defaults (workers and
+    # precision were set for ray); `--set runtime.name=inprocess` does the same.
+    ("runtime=inprocess", ("inprocess", 2, "float32")),
+    ("runtime.name=inprocess", ("inprocess", 2, "float32")),
+    # The same name changes nothing; later items lay keys over the new entry.
+    ("runtime=ray", ("ray", 4, "bfloat16")),
+    ("runtime=inprocess --set runtime.precision=bfloat16", ("inprocess", 2, "bfloat16")),
+])
+def test_set_section_equals_name(item, runtime):
+  config, _ = load_config(RAY, item.split(" --set "))
+  assert (config.runtime.name, config.runtime.workers, config.runtime.precision) == runtime
+
+
+@pytest.mark.parametrize("item,name", [
+    ("model=cnn", "cnn"), ("algorithm=fedavg", "fedavg"), ("data=emnist_synthetic", "emnist_synthetic"),
+    ("runtime=inprocess", "inprocess")])
+def test_set_section_equals_name_from_the_command_line(tmp_path, capsys, item, name):
+  path = tmp_path / "c.yaml"
+  path.write_text(yaml.safe_dump({k: v for k, v in BASE.items() if k != "compression"}))
+  assert cli.main(["validate", str(path), "--set", item]) == 0, capsys.readouterr().err
+  section = item.split("=")[0]
+  assert getattr(load_config(path, [item])[0], section).name == name
