@@ -1,9 +1,11 @@
 """`fedsim status`: what happened to runs, read from their directories only.
 
 A run directory holds its `status` file (running, completed, failed,
-interrupted, with the reason), its metrics.csv and its checkpoints; this reads
-them without TensorFlow and without the run's process, so it answers for a run
-that is still going, one that was killed, or one on another machine's disk.
+interrupted, with the reason, and which process wrote it), its metrics.csv and
+its checkpoints; this reads them without TensorFlow and without the run's
+process, so it answers for a run that is still going, one that was killed
+(on this host, a 'running' run whose process is gone reads as 'killed'), or
+one on another machine's disk.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ class RunStatus:
 
   Attributes:
     run_dir: the directory.
-    status: 'running', 'completed', 'failed', 'interrupted', 'unknown'
-      when it has no status file, or 'unreadable' when one of its files is.
+    status: 'running', 'completed', 'failed', 'interrupted', 'killed' (its
+      status says running but its process is gone), 'unknown' when it has no
+      status file, or 'unreadable' when one of its files is.
     message: why it failed or stopped, from the status file ('' if none), or
       which file is unreadable and why.
     rounds_done: the last round in metrics.csv (0 if none).
@@ -54,7 +57,7 @@ class RunStatus:
       parts.append(f"checkpoint at round {self.checkpoint}" if self.checkpoint is not None
                    else "no checkpoint")
     if self.status == "running":
-      # A killed run cannot update its status: a long silence says so.
+      # A run on another host may have been killed there: a long silence says so.
       parts.append(f"last write {_duration(self.idle_seconds)} ago")
     text = ", ".join(parts)
     return f"{text}: {self.message}" if self.message else text

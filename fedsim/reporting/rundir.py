@@ -17,8 +17,11 @@ from typing import Any, Mapping
 import yaml
 
 from fedsim.errors import UserError
+from fedsim.reporting.ownership import parse_writer, this_process
 
 STATUSES = ("running", "completed", "failed", "interrupted")
+# What `read_status` also says: a 'running' run whose process is gone.
+KILLED = "killed"
 # A full disk (or quota) refuses a new file; an existing file's blocks can
 # still be overwritten.
 _OUT_OF_SPACE = (errno.ENOSPC, errno.EDQUOT)
@@ -110,7 +113,8 @@ def write_config(run_dir: str | os.PathLike, plain_config: Mapping[str, Any]) ->
 
 
 def write_status(run_dir: str | os.PathLike, status: str, message: str = "") -> None:
-  """Writes `run_dir/status`: the status on line 1, then `message` if any.
+  """Writes `run_dir/status`: the status on line 1, then `message` if any,
+  then the line naming this process (see `fedsim.reporting.ownership.Writer`).
 
   The file is replaced atomically; on a full disk, where no new file can be
   written, the existing status file is overwritten in place instead (its
@@ -123,7 +127,7 @@ def write_status(run_dir: str | os.PathLike, status: str, message: str = "") -> 
   if status not in STATUSES:
     raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
   message = message.rstrip("\n")[:_STATUS_MAX_CHARS]
-  text = status + "\n" + (message + "\n" if message else "")
+  text = status + "\n" + (message + "\n" if message else "") + this_process().line() + "\n"
   path = pathlib.Path(run_dir) / "status"
   try:
     write_text_atomic(path, text)
@@ -162,6 +166,9 @@ def mark_interrupted(run_dir: str | os.PathLike) -> None:
 def read_status(run_dir: str | os.PathLike) -> tuple[str, str]:
   """Returns (status, message) of a run; ('', '') if it has no status file.
 
+  A 'running' status whose writer is gone (this host can tell: see
+  `ownership.Writer.alive`) reads as 'killed': no one will update it.
+
   Raises:
     UserError: naming the file, if it exists but cannot be read.
   """
@@ -172,5 +179,12 @@ def read_status(run_dir: str | os.PathLike) -> tuple[str, str]:
     return "", ""
   except (OSError, UnicodeDecodeError) as e:
     raise UserError(f"{path}: unreadable status file ({e})") from None
-  status, _, message = text.partition("\n")
-  return status, message.rstrip("\n")
+  status, _, rest = text.partition("\n")
+  lines = rest.rstrip("\n").split("\n")
+  # Files written before fedsim recorded the writer end with the message.
+  writer = parse_writer(lines[-1])
+  message = "\n".join(lines[:-1] if writer else lines).rstrip("\n")
+  if status == "running" and writer is not None and writer.alive() is False:
+    return KILLED, (f"process {writer.pid} ended without recording why (killed?);"
+                      " --resume continues the run")
+  return status, message

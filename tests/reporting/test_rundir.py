@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import os
 import re
+import socket
 
 import pytest
 import yaml
@@ -61,10 +63,18 @@ def test_write_config_keeps_key_order(tmp_path):
   assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]
 
 
+def _writer_line() -> str:
+  """This process as the status file names it: pid, host, start time (field 22)."""
+  with open(f"/proc/{os.getpid()}/stat") as f:
+    start = f.read().rsplit(")", 1)[1].split()[19]
+  return f"writer: pid {os.getpid()} on {socket.gethostname()} started {start}"
+
+
 def test_status_round_trip(tmp_path):
   assert rundir.read_status(tmp_path) == ("", "")
   rundir.write_status(tmp_path, "running")
-  assert (tmp_path / "status").read_text() == "running\n"
+  assert (tmp_path / "status").read_text() == f"running\n{_writer_line()}\n"
+  assert rundir.read_status(tmp_path) == ("running", "")
   rundir.write_status(tmp_path, "failed", "loss diverged at round 7")
   assert rundir.read_status(tmp_path) == ("failed", "loss diverged at round 7")
   assert sorted(p.name for p in tmp_path.iterdir()) == ["status"]
@@ -85,7 +95,7 @@ def test_status_is_written_on_a_full_disk(small_disk):
   message = "no space left on device (writing " + str(run_dir / "metrics.csv") + ")"
   rundir.write_status(run_dir, "failed", message)
   assert rundir.read_status(run_dir) == ("failed", message)
-  assert (run_dir / "status").read_text() == f"failed\n{message}\n"
+  assert (run_dir / "status").read_text() == f"failed\n{message}\n{_writer_line()}\n"
   rundir.write_status(run_dir, "interrupted")  # shorter than before: cut, no old tail
-  assert (run_dir / "status").read_text() == "interrupted\n"
+  assert (run_dir / "status").read_text() == f"interrupted\n{_writer_line()}\n"
   assert sorted(p.name for p in run_dir.iterdir()) == [".filler", "status"]
