@@ -81,6 +81,10 @@ def compose(initial_weights_fn: tff.Computation,
   return tff.templates.IterativeProcess(init_fn, stateful_next_fn)
 
 
+# The field under which `runtime_view` hands the new client states to its runtime.
+NEW_CLIENT_STATES = "fedsim_new_client_states"
+
+
 def sizing_view(process: tff.templates.IterativeProcess) -> tff.templates.IterativeProcess:
   """The same round as a two-argument process that TFF can compile to a MapReduceForm.
 
@@ -88,6 +92,23 @@ def sizing_view(process: tff.templates.IterativeProcess) -> tff.templates.Iterat
   server-placed values, so client state enters as part of the client data and
   the new client states (which never leave the clients) are not returned.
   """
+  return _paired_view(process, keep_states=False)
+
+
+def runtime_view(process: tff.templates.IterativeProcess) -> tff.templates.IterativeProcess:
+  """`sizing_view` that also carries the new client states out, for a compiling runtime.
+
+  A MapReduceForm's client work returns only what is aggregated, so each
+  client's new state is summed under the field `NEW_CLIENT_STATES`: that
+  element of `work`'s result is the client's own new state, which a runtime
+  that runs `work` per client keeps (and drops the sum). The result is
+  `(new_state, (measurements, summed states))`. Never sized: the states do
+  not cross the wire.
+  """
+  return _paired_view(process, keep_states=True)
+
+
+def _paired_view(process, keep_states: bool) -> tff.templates.IterativeProcess:
   params = process.next.type_signature.parameter
   if len(params) == 2:
     return process
@@ -102,10 +123,16 @@ def sizing_view(process: tff.templates.IterativeProcess) -> tff.templates.Iterat
   def second(pair):
     return pair[1]
 
+  @tff.tensorflow.computation(states_type)
+  def marked(client_state):
+    return collections.OrderedDict([(NEW_CLIENT_STATES, client_state)])
+
   @tff.federated_computation(params[0], tff.FederatedType(pair_type, tff.CLIENTS))
   def next_fn(state, pairs):
-    new_state, measurements, _ = process.next(
+    new_state, measurements, new_states = process.next(
         state, tff.federated_map(first, pairs), tff.federated_map(second, pairs))
+    if keep_states:
+      return new_state, (measurements, tff.federated_sum(tff.federated_map(marked, new_states)))
     return new_state, measurements
 
   return tff.templates.IterativeProcess(process.initialize, next_fn)

@@ -120,13 +120,19 @@ class InProcessProcess:
     """
     self.device = select_device(device)
     self._chunk_bytes = chunk_bytes
+    self._client_state_type = _client_state_type(process)
+    if self._client_state_type is not None:
+      # Client states enter with the client data and leave through `work`
+      # (see composer.runtime_view); the round keeps each client's own.
+      from fedsim.learning.composer import runtime_view
+      process = runtime_view(process)
     next_type = process.next.type_signature
     params = next_type.parameter
     if len(params) != 2 or not all(isinstance(p, tff.FederatedType) for p in params):
       raise NotCompilable(f"next must take (state@SERVER, data@CLIENTS), not {params}")
     if params[0].placement is not tff.SERVER or params[1].placement is not tff.CLIENTS:
-      raise NotCompilable("next must take (state@SERVER, data@CLIENTS); stateful"
-                          f" clients are not supported (got {params})")
+      raise NotCompilable("next must take (state@SERVER, data@CLIENTS) or, with client"
+                          f" states, (state@SERVER, data@CLIENTS, states@CLIENTS) (got {params})")
     self._state_type, self._data_type = params[0].member, params[1].member
     self._result_type = next_type.result
     self._init_type = process.initialize.type_signature.result
@@ -139,6 +145,11 @@ class InProcessProcess:
       self._build(form, process)
     except computations.NotTensorFlow as e:
       raise NotCompilable(str(e)) from None
+
+  @property
+  def stateful_clients(self) -> bool:
+    """Whether `next` takes and returns client states (see `next`)."""
+    return self._client_state_type is not None
 
   def _build(self, form, process) -> None:
     if form.securely_aggregates_tensors:
@@ -162,6 +173,9 @@ class InProcessProcess:
     data_specs = tuple(tf.TensorSpec([None, *t.shape[1:]], tf.as_dtype(t.dtype))
                        for t in data_leaves)
     offset_spec = tf.TensorSpec([len(data_leaves), None], tf.int32)
+    kept = _new_state_leaves(form, self._client_state_type)
+    kept_specs = [tf.TensorSpec(t.shape, tf.as_dtype(t.dtype))
+                  for t in computations.tensor_leaves(self._client_state_type)]
 
     def client_slice(leaf_type, concatenated, start, end):
       part = concatenated[start:end]
@@ -173,18 +187,25 @@ class InProcessProcess:
       return tuple(prepare(*state)), tuple(zero())
 
     def clients_graph(client_input, acc, data, offsets):
-      def body(i, acc):
+      """The accumulator after every client, and their new states stacked per leaf."""
+      count = tf.shape(offsets)[1] - 1
+      kept_arrays = tuple(tf.TensorArray(spec.dtype, size=count, element_shape=spec.shape)
+                          for spec in kept_specs)
+
+      def body(i, acc, kept_arrays):
         batches = [client_slice(t, d, offsets[j, i], offsets[j, i + 1])
                    for j, (t, d) in enumerate(zip(data_leaves, data))]
         upload = work(*batches, *client_input)
+        kept_arrays = tuple(a.write(i, upload[k]) for a, k in zip(kept_arrays, kept))
         summed = accumulate(*acc, *upload)
         for a, spec in zip(summed, acc_specs):
           a.set_shape(spec.shape)  # static only: no op per client and leaf
-        return i + 1, tuple(summed)
+        return i + 1, tuple(summed), kept_arrays
 
-      _, acc = tf.while_loop(lambda i, _: i < tf.shape(offsets)[1] - 1, body,
-                             (tf.constant(0), tuple(acc)), parallel_iterations=_OVERLAP)
-      return acc
+      _, acc, kept_arrays = tf.while_loop(
+          lambda i, *_: i < count, body, (tf.constant(0), tuple(acc), kept_arrays),
+          parallel_iterations=_OVERLAP)
+      return acc, tuple(a.stack() for a in kept_arrays)
 
     def finish_graph(state, acc):
       return tuple(update(*state, *report(*acc)))
@@ -197,7 +218,7 @@ class InProcessProcess:
     @tf.function(input_signature=(input_specs, tuple(acc_specs), data_specs, offset_spec))
     def clients(client_input, acc, data, offsets):
       with tf.device(device):
-        return clients_graph(client_input, acc, data, offsets)
+        return clients_graph(client_input, acc, data, offsets)  # (acc, new client states)
 
     @tf.function(input_signature=(tuple(acc_specs), tuple(acc_specs)))
     def merged(first, second):
@@ -215,7 +236,8 @@ class InProcessProcess:
     def whole_round(state, data, offsets):
       with tf.device(device):
         client_input, acc = start_graph(state)
-        return finish_graph(state, clients_graph(client_input, acc, data, offsets))
+        acc, new_states = clients_graph(client_input, acc, data, offsets)
+        return finish_graph(state, acc), new_states
 
     self._start, self._clients, self._merge, self._finish = start, clients, merged, finish
     # Its one trace, called on flat tensors: skips tf.function's dispatch
@@ -224,6 +246,7 @@ class InProcessProcess:
     self._state_specs = state_specs
     self._state_shapes = [tuple(spec.shape) for spec in state_specs]
     self._data_specs = (*data_specs, offset_spec)
+    self._round_leaves = len(computations.tensor_leaves(self._result_type))
 
   def initialize(self) -> Any:
     """The initial server state, as `process.initialize()` returns it."""
@@ -231,21 +254,23 @@ class InProcessProcess:
       leaves = self._init()
     return computations.pack(leaves, self._init_type)
 
-  def next(self, state: Any, client_data: Sequence[Any]) -> tuple[Any, Any]:
-    """One round: `(new_state, measurements)`, as `process.next` returns them."""
+  def next(self, state: Any, client_data: Sequence[Any],
+           client_states: Sequence[Any] | None = None) -> tuple[Any, ...]:
+    """One round, as `process.next`: `(new_state, measurements)`, or with client
+    states `(new_state, measurements, new_client_states)` (one per client, in order)."""
     # Two chunks ahead at most: `client_data` may pack its clients as they are
     # read (RoundClients), so each is read once and 10,000 are never held at once.
-    chunks = self._chunks(client_data)
+    chunks = self._chunks(self._paired(client_data, client_states))
     ahead = list(itertools.islice(chunks, 2))
     if len(ahead) == 1:
       data, offsets = self._concatenate(ahead[0])
       leaves = self._round([*self._state_leaves(state),
                             *computations.eager_tensors([*data, offsets], self._data_specs)])
-      return computations.pack(leaves, self._result_type)
+      return self._result(leaves[:self._round_leaves],
+                          self._unstack([leaves[self._round_leaves:]]))
     client_input, acc = self.start(state)
-    for chunk in itertools.chain(ahead, chunks):
-      acc = self._clients(tuple(client_input), tuple(acc), *self._concatenate(chunk))
-    return self.finish(state, acc)
+    acc, new_states = self._run_chunks(client_input, acc, itertools.chain(ahead, chunks))
+    return self.finish(state, acc, new_states)
 
   # The round in the MapReduceForm's phases, for runtimes that spread the
   # clients over several processes (e.g. `fedsim.runtime.ray`): `start` on
@@ -256,20 +281,61 @@ class InProcessProcess:
     """`(client_input, zero accumulator)` of the round: `prepare(state)`, `zero()`."""
     return self._start(*self._state_leaves(state))
 
-  def run_clients(self, client_input, acc, client_data: Sequence[Any]) -> tuple[tf.Tensor, ...]:
-    """`acc` with every client of `client_data` worked and accumulated, in order."""
-    for chunk in self._chunks(client_data):
-      acc = self._clients(tuple(client_input), tuple(acc), *self._concatenate(chunk))
-    return acc
+  def run_clients(self, client_input, acc, client_data: Sequence[Any],
+                  client_states: Sequence[Any] | None = None) -> Any:
+    """`acc` with every client of `client_data` worked and accumulated, in order;
+    with client states, `(acc, new_client_states)`."""
+    acc, new_states = self._run_chunks(
+        client_input, acc, self._chunks(self._paired(client_data, client_states)))
+    return acc if new_states is None else (acc, new_states)
 
   def merge(self, first, second) -> tuple[tf.Tensor, ...]:
     """The MapReduceForm's `merge` of two partial accumulators."""
     return self._merge(tuple(first), tuple(second))
 
-  def finish(self, state: Any, acc) -> tuple[Any, Any]:
-    """`(new_state, measurements)`: `update(state, report(acc))`."""
+  def finish(self, state: Any, acc, new_client_states: Sequence[Any] | None = None
+             ) -> tuple[Any, ...]:
+    """`update(state, report(acc))`: `(new_state, measurements)`, and
+    `new_client_states` third when the clients keep state."""
     leaves = self._finish(tuple(self._state_leaves(state)), tuple(acc))
-    return computations.pack(leaves, self._result_type)
+    return self._result(leaves, new_client_states)
+
+  def _run_chunks(self, client_input, acc, chunks) -> tuple[Any, list | None]:
+    parts = []
+    for chunk in chunks:
+      acc, stacked = self._clients(tuple(client_input), tuple(acc), *self._concatenate(chunk))
+      parts.append(stacked)
+    return acc, (self._unstack(parts) if self.stateful_clients else None)
+
+  def _result(self, round_leaves, new_client_states) -> tuple[Any, ...]:
+    packed = computations.pack(round_leaves, self._result_type)
+    if not self.stateful_clients:
+      return packed
+    # The summed states only carried each client's own out of `work`: dropped.
+    new_state, (measurements, _) = packed
+    return new_state, measurements, list(new_client_states)
+
+  def _unstack(self, parts) -> list[Any]:
+    """Per client, its new state in the client-state type's containers ([] when stateless)."""
+    if not self.stateful_clients:
+      return []
+    out = []
+    for stacked in parts:
+      arrays = [np.asarray(t) for t in stacked]
+      for i in range(len(arrays[0]) if arrays else 0):
+        out.append(computations.pack([a[i] for a in arrays], self._client_state_type))
+    return out
+
+  def _paired(self, client_data: Sequence[Any], client_states: Sequence[Any] | None):
+    """The clients as the compiled round reads them: `(data, state)` pairs when stateful."""
+    if (client_states is None) != (not self.stateful_clients):
+      raise ValueError("client states are needed exactly when the clients keep state"
+                       f" (this round's clients keep state: {self.stateful_clients})")
+    if client_states is None:
+      return client_data
+    if len(client_states) != len(client_data):
+      raise ValueError(f"{len(client_data)} clients but {len(client_states)} client states")
+    return zip(client_data, client_states)
 
   def _state_leaves(self, state: Any) -> list[tf.Tensor]:
     """The state's leaves as tensors of the state type's dtypes.
@@ -345,6 +411,36 @@ def tensorflow_function(computation: tff.Computation, device: str = "auto"):
     return computations.pack(result, signature.result)
 
   return call
+
+
+def _client_state_type(process) -> tff.Type | None:
+  """The client-state type when `process.next` is `(state, data, states) ->
+  (state, measurements, states)` (see fedsim.learning.composer), else None."""
+  params = process.next.type_signature.parameter
+  if len(params) != 3 or not isinstance(params[2], tff.FederatedType):
+    return None
+  return params[2].member
+
+
+def _new_state_leaves(form, client_state_type) -> list[int]:
+  """Indices of `work`'s flat outputs that are the client's new state ([] without one).
+
+  `runtime_view` sums the new states under `NEW_CLIENT_STATES`; TFF keeps
+  that field's name in the aggregated struct, `work`'s first result.
+  """
+  if client_state_type is None:
+    return []
+  from fedsim.learning.composer import NEW_CLIENT_STATES
+  aggregated = form.work.type_signature.result[0]
+  start = 0
+  for name, element in tff.structure.iter_elements(aggregated):
+    count = len(computations.tensor_leaves(element))
+    if isinstance(element, tff.StructType):
+      names = [n for n, _ in tff.structure.iter_elements(element)]
+      if names == [NEW_CLIENT_STATES]:
+        return list(range(start, start + count))
+    start += count
+  raise NotCompilable("the compiled round does not return the clients' new states")
 
 
 def _map_reduce_form(process):

@@ -182,7 +182,7 @@ def _tf_data_process():
 
 @pytest.mark.parametrize("build,message", [
     (_two_phase_process, "no MapReduceForm"),
-    (_stateful_clients_process, "stateful clients"),
+    (_stateful_clients_process, "state@SERVER"),
     (_tf_data_process, "client data must be tensors"),
 ])
 def test_processes_it_cannot_run_are_refused(build, message):

@@ -92,8 +92,10 @@ class ClusterProcess:
     """The initial server state (computed on the driver)."""
     return self._local.initialize()
 
-  def next(self, state: Any, client_data: Sequence[Any]) -> tuple[Any, Any]:
-    """One round: `(new_state, measurements)`, as `InProcessProcess.next`.
+  def next(self, state: Any, client_data: Sequence[Any],
+           client_states: Sequence[Any] | None = None) -> tuple[Any, ...]:
+    """One round, as `InProcessProcess.next` (client states, when the clients
+    keep state, travel with their clients' chunk and come back updated).
 
     `client_data` with `ids` and `round_num` (the loop's lazy round clients)
     sends the actors ids; any other sequence of packed clients is shipped.
@@ -107,28 +109,35 @@ class ClusterProcess:
     # Put once, read by every actor (Ray resolves object refs passed as arguments).
     shared = (ray.put([np.asarray(v) for v in client_input]),
               ray.put([np.asarray(v) for v in zero]))
+    states = (lambda s, e: ()) if client_states is None else (
+        lambda s, e: (list(client_states[s:e]),))
     ids = getattr(client_data, "ids", None)
     round_num = getattr(client_data, "round_num", None)
     if ids is not None and round_num is not None:
       ids = list(ids)
       count = len(ids)
-      call = lambda actor, s, e: actor.run_ids.remote(round_num, ids[s:e], *shared)
+      call = lambda actor, s, e: actor.run_ids.remote(round_num, ids[s:e], *shared,
+                                                      *states(s, e))
       during = f"round {round_num}"
     else:
       data = list(client_data)
       count = len(data)
-      call = lambda actor, s, e: actor.run_data.remote(*shared, data[s:e])
+      call = lambda actor, s, e: actor.run_data.remote(*shared, data[s:e], *states(s, e))
       during = "a round"
     bounds = chunk_bounds(count, self._spec.workers)
     calls = [(w, s, e) for w, (s, e) in enumerate(bounds) if e > s]
     if not calls:
-      return self._local.finish(state, zero)
+      return self._local.finish(state, zero, None if client_states is None else [])
     parts = self._get([call(self._actors[w], s, e) for w, s, e in calls], during,
                       [w for w, _, _ in calls])
+    new_states = None
+    if client_states is not None:
+      new_states = [s for _, chunk_states in parts for s in chunk_states]
+      parts = [acc for acc, _ in parts]
     acc = parts[0]
     for part in parts[1:]:  # fixed (chunk) order: the same sum every time
       acc = self._local.merge(acc, part)
-    return self._local.finish(state, acc)
+    return self._local.finish(state, acc, new_states)
 
   @property
   def actors(self) -> list:

@@ -64,11 +64,17 @@ class ClientWorker:
     """This actor's process id (it changes when Ray restarts the actor)."""
     return os.getpid()
 
-  def run_ids(self, round_num: int, ids: Sequence[str], client_input, zero) -> list[np.ndarray]:
-    """The accumulator of clients `ids` of round `round_num`, packed here."""
-    return self.run_data(client_input, zero, self._pack(round_num, ids))
+  def run_ids(self, round_num: int, ids: Sequence[str], client_input, zero,
+              client_states: Sequence[Any] | None = None):
+    """The accumulator of clients `ids` of round `round_num`, packed here (see `run_data`)."""
+    return self.run_data(client_input, zero, self._pack(round_num, ids), client_states)
 
-  def run_data(self, client_input, zero, client_data: Sequence[Any]) -> list[np.ndarray]:
-    """The accumulator of `client_data` (packed clients, in order) from `zero`."""
-    acc = self._process.run_clients(client_input, zero, client_data)
-    return [np.asarray(a) for a in acc]
+  def run_data(self, client_input, zero, client_data: Sequence[Any],
+               client_states: Sequence[Any] | None = None):
+    """The accumulator of `client_data` (packed clients, in order) from `zero`;
+    with `client_states` (one per client), `(accumulator, new client states)`."""
+    out = self._process.run_clients(client_input, zero, client_data, client_states)
+    if client_states is None:
+      return [np.asarray(a) for a in out]
+    acc, new_states = out
+    return [np.asarray(a) for a in acc], new_states
