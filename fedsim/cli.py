@@ -129,25 +129,37 @@ def _summary(result, variant: str | None) -> str:
   wire = sizes.per_client
   label = f"[{variant}] " if variant else ""
   acc = final.get("eval/accuracy")
+  down = _vs_uncompressed(ref_b, wire.broadcast, varying(result.metrics, "distributor"),
+                          counter_bits=wire.broadcast_other)
   lines = [
       f"{label}run dir: {result.run_dir}",
       f"{label}rounds: {len(result.metrics)}"
       + (f", final eval/accuracy {acc:.4f}" if acc is not None else ""),
       f"{label}communicated: broadcast {format_bits(sizes.broadcast_bits)}"
-      f" ({_vs_uncompressed(ref_b, wire.broadcast, varying(result.metrics, 'distributor'))}),"
+      f" ({down}),"
       f" aggregate {format_bits(sizes.aggregate_bits)}"
       f" ({_vs_uncompressed(ref_a, wire.aggregate, varying(result.metrics, 'aggregation'))})",
   ]
   return "\n".join(lines)
 
 
-def _vs_uncompressed(reference_bits: int, bits: int, measured: bool = False) -> str:
+def _vs_uncompressed(reference_bits: int, bits: int, measured: bool = False,
+                     counter_bits: int = 0) -> str:
   """How a per-client size compares with the same algorithm uncompressed
-  (`measured`: the size varied with the values, so there is no one ratio)."""
+  (`measured`: the size varied with the values, so there is no one ratio;
+  `counter_bits`: encoders' round counters in `bits`, which the uncompressed
+  run has none of)."""
   if measured:
     return "sizes vary with the values, measured each round"
   if reference_bits == bits:
     return "uncompressed"
+  if counter_bits and reference_bits == bits - counter_bits:
+    # An uncompressed broadcast that carries the upload encoder's counter.
+    return f"uncompressed + {counter_bits} bits of round counter"
+  if f"{reference_bits / bits:.2f}" == "1.00":   # a ratio would read "1.00x"
+    return f"uncompressed {bits - reference_bits:+d} bits"
+  if bits > reference_bits:
+    return f"{bits / reference_bits:.2f}x more bits than uncompressed"
   return f"{reference_bits / bits:.2f}x fewer bits than uncompressed"
 
 

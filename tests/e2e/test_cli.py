@@ -184,3 +184,16 @@ def test_run_one_variant(tmp_path):
   assert result.returncode == 0, result.stderr
   assert [p.name for p in (tmp_path / "runs" / "tiny").iterdir() if p.is_dir()] == ["b"]
   assert "[b] rounds: 1, final eval/accuracy" in result.stdout
+
+
+@pytest.mark.parametrize("reference,bits,counter,said", [
+    (1056, 1056, 0, "uncompressed"),
+    # 8-bit uploads, float broadcast: the broadcast gains only the encoder's counter.
+    (6_372_096, 6_372_128, 32, "uncompressed + 32 bits of round counter"),
+    (6_372_096, 6_372_160, 0, "uncompressed +64 bits"),
+    (6_372_096, 1_820_640, 0, "3.50x fewer bits than uncompressed"),
+    (1056, 2112, 0, "2.00x more bits than uncompressed"),
+])
+def test_summary_never_says_one_x_fewer_bits(reference, bits, counter, said):
+  from fedsim.cli import _vs_uncompressed
+  assert _vs_uncompressed(reference, bits, counter_bits=counter) == said

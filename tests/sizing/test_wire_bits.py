@@ -39,6 +39,9 @@ def test_uncompressed_model_part_is_params_times_32(model, input_shape, params, 
 def test_uniform_weighting_sends_no_weight():
   wire = _wire(builders.task_model("logistic", (64,), 10), weighting="uniform")
   assert wire.aggregate_other == METRICS_BITS
+  # but TFF's unweighted mean counts clients: each sends an int32 1 with its update.
+  assert wire.aggregate_model == 650 * 32 + 32
+  assert wire.broadcast == 650 * 32
 
 
 def _packed_bits(n, bits):
