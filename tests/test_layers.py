@@ -9,8 +9,8 @@ import collections
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "fedsim"
-# Registries, typed config, errors, and the task and algorithm types.
-BASE = {"fedsim.errors", "fedsim.registry", "fedsim.task", "fedsim.config"}
+# Registries, typed config, errors, random streams, and the task and algorithm types.
+BASE = {"fedsim.errors", "fedsim.registry", "fedsim.task", "fedsim.config", "fedsim.seeds"}
 
 
 def _modules() -> dict[str, pathlib.Path]:

@@ -31,11 +31,12 @@ import numpy as np
 
 from fedsim.config.typed import bounded
 from fedsim.data import DATASETS
-from fedsim.data.federated import (PARTITION_STREAM, ClientBatching, Examples, FederatedData,
-                                   Partitioning, federate)
+from fedsim.data.federated import (ClientBatching, Examples, FederatedData, Partitioning,
+                                   federate)
 from fedsim.data.partition import partition
 from fedsim.errors import UserError
 from fedsim.registry import resolve
+from fedsim.seeds import PARTITION_STREAM
 
 _SHAPES = "a FederatedData or a dict with 'test' and either 'clients' or 'train'"
 

@@ -18,9 +18,10 @@ import numpy as np
 
 from fedsim.config.typed import bounded
 from fedsim.data import DATASETS
-from fedsim.data.federated import (PARTITION_STREAM, SPLIT_STREAM, ClientBatching, Examples,
-                                   FederatedData, Partitioning, federate)
+from fedsim.data.federated import (ClientBatching, Examples, FederatedData, Partitioning,
+                                   federate)
 from fedsim.data.partition import partition
+from fedsim.seeds import PARTITION_STREAM, SPLIT_STREAM
 
 NUM_CLASSES = 10
 

@@ -22,8 +22,8 @@ import numpy as np
 
 from fedsim.config.typed import bounded
 from fedsim.data import DATASETS
-from fedsim.data.federated import (GENERATE_STREAM, ClientBatching, Examples, FederatedData,
-                                   generated_clients)
+from fedsim.data.federated import ClientBatching, Examples, FederatedData, generated_clients
+from fedsim.seeds import EMNIST_CLIENT_SUBSTREAM, EMNIST_TEST_SUBSTREAM, GENERATE_STREAM
 
 SIDE = 28
 NUM_CLASSES = 10
@@ -32,7 +32,6 @@ NOISE_STDDEV = 0.35
 _STROKE_SIGMA = 1.1  # Gaussian ink profile across a stroke, pixels
 _STROKES_PER_CLASS = 3
 _PROTOTYPE_SEED = 28  # fixed: the task is the same for every run seed
-_CLIENT_SUBSTREAM, _TEST_SUBSTREAM = 0, 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +95,7 @@ def _client_labels(params: EmnistSyntheticParams, rng: np.random.Generator) -> n
 
 
 def _client_rng(seed: int, client: int) -> np.random.Generator:
-  return np.random.default_rng([seed, GENERATE_STREAM, _CLIENT_SUBSTREAM, client])
+  return np.random.default_rng([seed, GENERATE_STREAM, EMNIST_CLIENT_SUBSTREAM, client])
 
 
 def _client_examples(params: EmnistSyntheticParams, seed: int, client: int) -> Examples:
@@ -112,7 +111,7 @@ def build(params: EmnistSyntheticParams, seed: int, *, key: str = "data") -> Fed
   is built here.
   """
   del key  # every parameter combination is feasible
-  test_rng = np.random.default_rng([seed, GENERATE_STREAM, _TEST_SUBSTREAM])
+  test_rng = np.random.default_rng([seed, GENERATE_STREAM, EMNIST_TEST_SUBSTREAM])
   test = generate(test_rng.integers(0, NUM_CLASSES, params.test_examples), test_rng)
   clients = generated_clients(
       params.num_clients, lambda i: _client_examples(params, seed, i),

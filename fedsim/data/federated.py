@@ -17,18 +17,9 @@ import numpy as np
 
 from fedsim.config.typed import bounded, choice
 from fedsim.data.partition import PARTITIONERS
+# PACK_STREAM only for experiment/simulation.py, until it imports it from fedsim.seeds.
+from fedsim.seeds import CAP_STREAM, DESCRIBE_STREAM, HOLDOUT_STREAM, PACK_STREAM  # noqa: F401
 
-# Seed-sequence stream ids, so that no two uses of the run seed share random
-# numbers: a use draws from np.random.default_rng([seed, STREAM, ...]).
-SPLIT_STREAM = 1  # train/test split of a centralized dataset
-PARTITION_STREAM = 2  # which client gets which example
-CAP_STREAM = 3  # max_examples_per_client subsets, then client index
-GENERATE_STREAM = 4  # synthetic examples
-SAMPLE_STREAM = 5  # clients per round, then round number
-PACK_STREAM = 6  # local shuffling; callers of `pack` add round and client index
-HOLDOUT_STREAM = 7  # per-client evaluation hold-out, then client index
-
-DESCRIBE_STREAM = 20  # which clients `describe` reads labels of, when it samples
 DESCRIBE_CLIENTS = 1000  # lazy clients `describe` reads at most (without cheap labels)
 
 _QUANTILES = {"min": 0.0, "p10": 0.1, "median": 0.5, "p90": 0.9, "max": 1.0}

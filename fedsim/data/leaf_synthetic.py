@@ -25,14 +25,12 @@ import numpy as np
 
 from fedsim.config.typed import bounded
 from fedsim.data import DATASETS
-from fedsim.data.federated import (GENERATE_STREAM, ClientBatching, Examples, FederatedData,
-                                   generated_clients)
+from fedsim.data.federated import ClientBatching, Examples, FederatedData, generated_clients
+from fedsim.seeds import GENERATE_STREAM, LEAF_CLIENT_SUBSTREAM, LEAF_SHARED_SUBSTREAM
 
 MIN_CLIENT_EXAMPLES = 50
 _SIZE_LOG_MEAN, _SIZE_LOG_STDDEV = 4.0, 2.0
 _COVARIANCE_POWER = -1.2
-_SUBSTREAM = 2  # emnist_synthetic uses 0 and 1 of GENERATE_STREAM
-_SHARED_SUBSTREAM = 3  # the one model that `iid` clients share
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,16 +47,16 @@ class SyntheticParams(ClientBatching):
 
 def client_size(seed: int, client: int) -> int:
   """Examples generated for `client` before the held-out share is removed."""
-  rng = np.random.default_rng([seed, GENERATE_STREAM, _SUBSTREAM, client, 0])
+  rng = np.random.default_rng([seed, GENERATE_STREAM, LEAF_CLIENT_SUBSTREAM, client, 0])
   return MIN_CLIENT_EXAMPLES + int(rng.lognormal(_SIZE_LOG_MEAN, _SIZE_LOG_STDDEV))
 
 
 def generate_client(params: SyntheticParams, seed: int, client: int) -> Examples:
   """All of one client's examples: x float32 [n, dimension], y int32 [n]."""
   d, classes = params.dimension, params.num_classes
-  rng = np.random.default_rng([seed, GENERATE_STREAM, _SUBSTREAM, client, 1])
+  rng = np.random.default_rng([seed, GENERATE_STREAM, LEAF_CLIENT_SUBSTREAM, client, 1])
   if params.iid:
-    shared = np.random.default_rng([seed, GENERATE_STREAM, _SHARED_SUBSTREAM])
+    shared = np.random.default_rng([seed, GENERATE_STREAM, LEAF_SHARED_SUBSTREAM])
     weights, bias = shared.normal(0, 1, (d, classes)), shared.normal(0, 1, classes)
     mean = np.zeros(d)
   else:

@@ -10,7 +10,7 @@ import dataclasses
 
 import numpy as np
 
-from fedsim.data.federated import SAMPLE_STREAM
+from fedsim.seeds import SAMPLE_STREAM
 from fedsim.errors import UserError
 
 

@@ -27,9 +27,9 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from fedsim.config.typed import bounded
-from fedsim.data.federated import (PARTITION_STREAM, SPLIT_STREAM, ClientBatching, Examples,
-                                   FederatedData, LazyClients)
+from fedsim.data.federated import ClientBatching, Examples, FederatedData, LazyClients
 from fedsim.errors import UserError
+from fedsim.seeds import PARTITION_STREAM, SPLIT_STREAM
 
 DEFAULT_CACHE_DIR = "~/.tff"  # TFF's own default (download.get_compressed_file)
 PUBLISHED_AT = "https://storage.googleapis.com/tff-datasets-public/"

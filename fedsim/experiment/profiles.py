@@ -23,9 +23,8 @@ import numpy as np
 
 from fedsim.config.typed import bounded
 from fedsim.errors import UserError
+from fedsim.seeds import JITTER_STREAM, PROFILE_STREAM
 
-PROFILE_STREAM = 8  # seed stream ids (see fedsim/data/federated.py for the others)
-JITTER_STREAM = 9
 TRACE_COLUMNS = ("client_id", "compute_speed", "down_bps", "up_bps", "latency_s", "availability")
 
 

@@ -34,8 +34,8 @@ import numpy as np
 from fedsim.config.typed import bounded
 from fedsim.experiment.profiles import ProfilesConfig, profile_source, round_links
 from fedsim.registry import Registry
+from fedsim.seeds import SYSTEM_STREAM
 
-SYSTEM_STREAM = 7  # seed stream id (see fedsim/data/federated.py for the others)
 SPEEDS = Registry("speed model")
 
 

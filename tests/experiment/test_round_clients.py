@@ -8,9 +8,10 @@ import types
 import numpy as np
 import pytest
 
-from fedsim.data.federated import PACK_STREAM, Examples, federate
+from fedsim.data.federated import Examples, federate
 from fedsim.data.packing import pack
 from fedsim.experiment.simulation import RoundClients, client_batches, round_input
+from fedsim.seeds import PACK_STREAM
 from fedsim.task import ClientPlan
 
 SEED, ROUND, BATCH = 3, 5, 10
