@@ -270,3 +270,6 @@ def upload_feedback(stages: Any) -> DirectionSpec | None:
 from fedsim.compression import papers as _papers  # noqa: E402,F401
 # Threshold sparsification, whose bits vary with the values (measured per round).
 from fedsim.compression import threshold as _threshold  # noqa: E402,F401
+# Half precision casts and QLoRA's blockwise NormalFloat, registered the same way.
+from fedsim.compression import half_precision as _half_precision  # noqa: E402,F401
+from fedsim.compression import nf4 as _nf4  # noqa: E402,F401
