@@ -2,8 +2,9 @@
 
 Each module holds one stage (or a small family) written against the names
 `fedsim.compression.tensor_encoding_api` re-exports; the encoders built from
-them are registered in `fedsim.compression.papers`. Every stage but
-`threshold` keeps static shapes (its outputs' sizes follow from its input's),
+them are registered in `fedsim.compression.papers` (`cast`'s in
+`half_precision`, `normal_float`'s in `nf4`). Every stage but `threshold`
+keeps static shapes (its outputs' sizes follow from its input's),
 so the compiled round sizes what crosses the wire exactly; `threshold`'s
 depend on the values and the server measures them each round
 (`fedsim.compression.wire_meter`; it is registered in
