@@ -32,6 +32,7 @@ def test_ages_follow_the_participation(store, tmp_path):
     assert got == pytest.approx(expected) and got.keys() == expected.keys()
   assert store.last_updated(["a", "b", "c", "d"]) == [5, 6, 5, None]
   # The age lives in the files: a store reopened on them (a resumed run) sees it.
+  store.flush()
   reopened = ClientStateStore(tmp_path / "client_states", _state(0.0))
   assert reopened.save(["a"], [_state(9.0)], 9) == {
       "error_feedback/residual_age_mean": 4.0, "error_feedback/residual_age_max": 4.0}

@@ -77,11 +77,14 @@ def test_mismatched_state_is_a_user_error(tmp_path):
 def test_client_state_snapshot_survives_later_saves(tmp_path):
   store = ClientStateStore(tmp_path / "client_states", (np.zeros(2, np.float32),))
   store.save(["a", "b"], [(np.ones(2, np.float32),), (np.full(2, 2.0, np.float32),)])
+  store.flush()  # as the run loop does before each checkpoint
   _save(tmp_path, 1, client_states=store.directory)
   store.save(["a", "c"], [(np.full(2, 9.0, np.float32),)] * 2)  # rounds after the checkpoint
+  store.flush()
   ckpt.restore_client_states(ckpt.latest_checkpoint(tmp_path), store.directory)
   assert sorted(p.name for p in store.directory.iterdir()) == ["a.npz", "b.npz"]
-  a, b, c = store.load(["a", "b", "c"])
+  resumed = ClientStateStore(store.directory, (np.zeros(2, np.float32),))
+  a, b, c = resumed.load(["a", "b", "c"])
   assert a[0].tolist() == [1, 1] and b[0].tolist() == [2, 2] and c[0].tolist() == [0, 0]
 
 

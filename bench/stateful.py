@@ -1,0 +1,100 @@
+"""Clients that keep state vs their stateless twins, on W2, in one process.
+
+    uv run python bench/stateful.py                # ~2 min on 2 cores
+    uv run python bench/stateful.py --rounds 30 --runtimes inprocess,local
+
+Each row is a W2 round (`mlp` 784-200-200-10, 10 clients x 100 examples of
+`emnist_synthetic`, batch 20, 1 epoch) played as the run loop plays it: the
+clients' states are read from a `ClientStateStore`, the round runs, and the new
+states are written back. Variants of a runtime take turns round by round (see
+run.py's `interleaved_ms`), so load on a shared machine slows them alike; the
+ratios printed are each stateful variant over its stateless twin:
+  fedavg_top1 (top-1% upload)  vs  fedavg_top1_ef (the same with error feedback);
+  fedavg                        vs  scaffold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import sys
+import tempfile
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import workloads  # noqa: E402  (bench/workloads.py)
+from run import THREADS_SET, interleaved_ms  # noqa: E402  (bench/run.py; sets TF's pools)
+from fedsim.experiment.client_states import ClientStateStore  # noqa: E402
+from fedsim.experiment.config.loader import load_config  # noqa: E402
+from fedsim.experiment.simulation import build_simulation, client_batches  # noqa: E402
+
+TOP1 = [{"name": "encode", "encoder": "topk", "fraction": 0.01}]
+VARIANTS = {
+    "fedavg": ({}, []),
+    "fedavg_top1": ({}, TOP1),
+    "fedavg_top1_ef": ({}, [{**TOP1[0], "error_feedback": True}]),
+    "scaffold": ({"name": "scaffold"}, []),
+}
+PAIRS = (("fedavg_top1_ef", "fedavg_top1"), ("scaffold", "fedavg"))
+
+
+def variant_config(variant: str, runtime: str) -> dict:
+  algorithm, aggregation = VARIANTS[variant]
+  config = workloads.config("W2")
+  config["algorithm"] = {**config["algorithm"], **algorithm}
+  if algorithm.get("name") == "scaffold":  # SCAFFOLD's step is its own (no client_optimizer)
+    config["algorithm"] = {"name": "scaffold", "client_learning_rate": workloads.CLIENT_LR}
+  config["aggregation"] = aggregation
+  config["runtime"] = {"name": runtime}
+  config["clients_per_round"] = 10
+  return config
+
+
+def round_fn(variant: str, runtime: str, tmp: pathlib.Path):
+  """A no-arg function playing one round of all 10 clients, states on disk."""
+  sim = build_simulation(load_config(variant_config(variant, runtime))[0])
+  process = sim.round_process
+  ids = list(sim.data.client_ids[:10])
+  packed = list(client_batches(sim, 1, ids).values())
+  state = [process.initialize()]
+  store = (ClientStateStore(tmp / variant / runtime, sim.algorithm.initial_client_state)
+           if sim.algorithm.stateful_clients else None)
+  round_num = [0]
+
+  def play():
+    round_num[0] += 1
+    if store is None:
+      state[0], _ = process.next(state[0], packed)
+      return
+    state[0], _, new_states = process.next(state[0], packed, store.load(ids))
+    store.save(ids, new_states, round_num[0])
+
+  return play, sim.runtime_notice
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--rounds", type=int, default=20)
+  parser.add_argument("--warmup", type=int, default=2)
+  parser.add_argument("--runtimes", default="inprocess")
+  args = parser.parse_args(argv)
+  print(f"TensorFlow pools set as for runtime.threads: clients: {THREADS_SET}")
+  with workloads.tff_session(), tempfile.TemporaryDirectory() as tmp:
+    for runtime in args.runtimes.split(","):
+      fns = {}
+      for variant in VARIANTS:
+        fns[variant], notice = round_fn(variant, runtime, pathlib.Path(tmp))
+        if notice:
+          print(f"  {variant} on {runtime}: {notice}")
+      ms = interleaved_ms(fns, args.rounds, args.warmup)
+      print(f"{runtime}: " + ", ".join(f"{v} {t:.1f}" for v, t in ms.items()) + " ms/round")
+      for stateful, twin in PAIRS:
+        print(f"  {stateful} / {twin}: {ms[stateful] / ms[twin]:.2f}x")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
