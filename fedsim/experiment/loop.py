@@ -126,7 +126,8 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
       rewind_logs(run_dir, resume_from)
       if sim.algorithm.stateful_clients:
         restore_client_states(resume_from, run_dir / "client_states")
-    states = (ClientStateStore(run_dir / "client_states", sim.algorithm.initial_client_state)
+    states = (ClientStateStore(run_dir / "client_states", sim.algorithm.initial_client_state,
+                               config.runtime.client_state_memory_mb * 2**20)
               if sim.algorithm.stateful_clients else None)
     check_free_space(run_dir, _disk_needed(sim, state, states))
     csv_sink = CsvSink(run_dir / "metrics.csv",
@@ -161,6 +162,8 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
       history.append(metrics)
       bar.update(round_num, metrics)
       if round_num % config.checkpoint.every == 0 or round_num == config.rounds:
+        if states is not None:
+          states.flush()  # the checkpoint links the directory: it must hold this round's states
         save_checkpoint(run_dir, round_num, state, simulated_total, sizes.broadcast_history,
                         sizes.aggregate_history, config.checkpoint.keep,
                         states.directory if states is not None else None,

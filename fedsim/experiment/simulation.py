@@ -114,8 +114,9 @@ def _round_process(algorithm: FederatedAlgorithm, runtime,
                    config: ExperimentConfig | None = None) -> tuple[Any, str | None]:
   """The object whose `initialize`/`next` the loop calls, and a fallback notice.
 
-  `inprocess` and `ray` run the compiled round; what it cannot run (stateful
-  clients, no MapReduceForm) falls back to `local` with the notice.
+  `inprocess` and `ray` run the compiled round, client states included;
+  what it cannot run (no MapReduceForm, secure aggregation) falls back to
+  `local` with the notice.
 
   Raises:
     UserError, RunFailed: `ray` could not reach its cluster or start its
@@ -124,22 +125,17 @@ def _round_process(algorithm: FederatedAlgorithm, runtime,
   if runtime.name == "local":
     return algorithm.process, None
   from fedsim.runtime import inprocess
-  if algorithm.stateful_clients:
-    reason = "its clients keep state between rounds"
-  else:
-    try:
-      compiled = inprocess.InProcessProcess(algorithm.process, runtime.device)
-    except inprocess.NotCompilable as e:
-      reason = str(e)
-    else:
-      if runtime.name == "inprocess":
-        return compiled, None
-      from fedsim.experiment.config.loader import plain
-      from fedsim.runtime import cluster
-      build = functools.partial(cluster_worker, plain(config), runtime.device)
-      return cluster.ClusterProcess(compiled, build, cluster.ClusterSpec.of(runtime)), None
-  return algorithm.process, (f"runtime.name: {runtime.name} cannot run this algorithm"
-                             f" ({reason}); using local")
+  try:
+    compiled = inprocess.InProcessProcess(algorithm.process, runtime.device)
+  except inprocess.NotCompilable as e:
+    return algorithm.process, (f"runtime.name: {runtime.name} cannot run this algorithm"
+                               f" ({e}); using local")
+  if runtime.name == "inprocess":
+    return compiled, None
+  from fedsim.experiment.config.loader import plain
+  from fedsim.runtime import cluster
+  build = functools.partial(cluster_worker, plain(config), runtime.device)
+  return cluster.ClusterProcess(compiled, build, cluster.ClusterSpec.of(runtime)), None
 
 
 def cluster_worker(plain_config: dict[str, Any], device: str):

@@ -56,6 +56,10 @@ class RuntimeConfig:
   precision: Literal["float32", "bfloat16"] = bounded(
       "float32", used_with=("name", "inprocess", "ray"))
   max_concurrent_computation_calls: int = -1  # TFF worker parallelism; -1 = unlimited
+  # Clients that keep state (error feedback, SCAFFOLD, EASGD, kept optimizer
+  # slots): MiB of their states held in memory; the least recently sampled
+  # beyond it are spilled to <run_dir>/client_states (0: all on disk).
+  client_state_memory_mb: int = bounded(1024, min=0)
 
   def check(self, key: str) -> None:
     if self.name == "ray":
