@@ -235,7 +235,7 @@ def _status(args) -> int:
 
 
 def _data(args) -> int:
-  from fedsim.data.describe import describe
+  from fedsim.experiment.describe import describe
   print(describe(args.config, args.overrides, args.png, variant=args.variant,
                  logdir=args.logdir))
   return 0

@@ -17,19 +17,6 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 
-def client_data_type(input_shape, batch_size: int, x_dtype=np.float32,
-                     label_shape=()) -> tff.types.StructType:
-  """TFF type of one client's packed batches; the step count is dynamic.
-
-  `label_shape` is () for one label per example, (T,) for sequence targets.
-  """
-  return tff.types.to_type(collections.OrderedDict(
-      x=tff.TensorType(np.dtype(x_dtype), [None, batch_size, *input_shape]),
-      y=tff.TensorType(np.int32, [None, batch_size, *label_shape]),
-      mask=tff.TensorType(np.float32, [None, batch_size]),
-  ))
-
-
 class ClientWork(NamedTuple):
   process: tff.templates.MeasuredProcess
   # What each client sends besides its update: summed metrics, update weight.

@@ -10,6 +10,7 @@ model loads back with `keras_model.set_weights`.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Any, Callable
 
@@ -45,10 +46,22 @@ class TaskModel:
   pad_label: int | None = None  # sequence targets: padding label, not counted
   weight_names: tuple[str, ...] = ()  # .npz key of each trainable weight, e.g. "dense/kernel"
 
-  def client_data_type(self, batch_size: int):
+  def client_data_type(self, batch_size: int) -> tff.types.StructType:
     """TFF type of one client's packed batches for this model."""
-    from fedsim.learning.client_work import client_data_type
     return client_data_type(self.input_shape, batch_size, self.x_dtype, self.label_shape)
+
+
+def client_data_type(input_shape, batch_size: int, x_dtype=np.float32,
+                     label_shape=()) -> tff.types.StructType:
+  """TFF type of one client's packed batches (data/packing.py); the step count is dynamic.
+
+  `label_shape` is () for one label per example, (T,) for sequence targets.
+  """
+  return tff.types.to_type(collections.OrderedDict(
+      x=tff.TensorType(np.dtype(x_dtype), [None, batch_size, *input_shape]),
+      y=tff.TensorType(np.int32, [None, batch_size, *label_shape]),
+      mask=tff.TensorType(np.float32, [None, batch_size]),
+  ))
 
 
 def build_task_model(spec: Component, input_shape, num_classes: int, seed: int,

@@ -5,8 +5,9 @@ import pytest
 import yaml
 
 from fedsim.data import Examples, FederatedData
-from fedsim.data.describe import describe, label_figure
+from fedsim.data.describe import label_figure
 from fedsim.errors import UserError
+from fedsim.experiment.describe import describe
 
 
 def test_describe_prints_quantiles_and_writes_png(tmp_path):

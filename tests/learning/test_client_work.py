@@ -7,13 +7,14 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fedsim.learning import client_work, local_training
+from fedsim.models.functional import client_data_type
 
 
 def test_sequence_train_metrics_are_token_weighted_over_clients(tff_runtime):
   """Loss and accuracy over all clients' real tokens; examples exclude all-padding rows."""
   weights_type = tff.types.to_type(tff.learning.models.ModelWeights(
       trainable=(tff.TensorType(np.float32, [2, 3]),), non_trainable=()))
-  data_type = client_work.client_data_type((4, 2), batch_size=2, label_shape=(4,))
+  data_type = client_data_type((4, 2), batch_size=2, label_shape=(4,))
 
   def predict(weights, x):
     return tf.einsum("btd,dc->btc", x, weights[0])
