@@ -35,6 +35,8 @@ import functools
 
 import numpy as np
 
+from fedsim.backend.privacy import rdp_curve
+
 # How far one replaced client can move the clipped sum, in clip norms.
 REPLACE_ONE_SENSITIVITY = 2.0
 
@@ -56,8 +58,8 @@ class PrivacyLedger:
     orders, rdp = self._one_round_rdp()
     # Imported here: dp_accounting (with SciPy's stats) costs ~1 s that runs
     # without DP never need (fedsim.backend.lazy_imports).
-    from dp_accounting.rdp import rdp_privacy_accountant
-    epsilon, _ = rdp_privacy_accountant.compute_epsilon(orders, rdp * rounds, self.delta)
+    from dp_accounting import rdp as rdp_accounting
+    epsilon, _ = rdp_accounting.compute_epsilon(orders, rdp * rounds, self.delta)
     return float(epsilon)
 
   def dp_event(self):
@@ -71,12 +73,11 @@ class PrivacyLedger:
   @functools.lru_cache(maxsize=None)
   def _one_round_rdp(self) -> tuple[np.ndarray, np.ndarray]:
     import dp_accounting
-    from dp_accounting.rdp import rdp_privacy_accountant
-    accountant = rdp_privacy_accountant.RdpAccountant(
+    from dp_accounting import rdp as rdp_accounting
+    accountant = rdp_accounting.RdpAccountant(
         neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
     accountant.compose(self.dp_event())
-    orders = np.asarray(accountant._orders, float)  # pylint: disable=protected-access
-    return orders, np.asarray(accountant._rdp, float)  # pylint: disable=protected-access
+    return rdp_curve(accountant)
 
   def round_metrics(self, rounds: int) -> dict[str, float]:
     return {"privacy/epsilon": self.epsilon(rounds), "privacy/delta": self.delta}

@@ -13,8 +13,8 @@ of one config would differ. Here the queries are TFF's and
 tensorflow_privacy's own, except that every Gaussian draw is
 `tf.random.stateless_normal` seeded by (run seed, stage index, round count,
 draw number); the round count lives in the aggregator state, so a resumed run
-draws exactly the noise an uninterrupted one does. This is the only module
-that touches tensorflow_privacy's query internals.
+draws exactly the noise an uninterrupted one does. The queries' internals it
+reaches into are read through fedsim/backend/privacy.py.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ import dp_accounting
 import tensorflow as tf
 import tensorflow_federated as tff
 import tensorflow_privacy as tfp
-from tensorflow_privacy.privacy.dp_query import gaussian_query
+
+from fedsim.backend import privacy
 
 _seed_scope: list[list[Any]] = []   # [seed tensor, draws so far] while a query adds noise
 
@@ -49,7 +50,7 @@ def _next_seed() -> tf.Tensor:
   return tf.random.experimental.stateless_fold_in(scope[0], scope[1])
 
 
-class SeededGaussianSumQuery(gaussian_query.GaussianSumQuery):
+class SeededGaussianSumQuery(tfp.GaussianSumQuery):
   """`GaussianSumQuery` whose noise comes from the enclosing `SeededQuery`'s seed."""
 
   def get_noised_result(self, sample_state, global_state):
@@ -109,10 +110,7 @@ class SeededQuery(tfp.SumAggregationDPQuery):
 
 def _seed_gaussians(query: Any) -> None:
   """Makes the GaussianSumQuery objects inside TFF's adaptive query seeded."""
-  below = query._quantile_estimator_query._below_estimate_query._numerator  # pylint: disable=protected-access
-  for inner in (query._sum_query, below):  # pylint: disable=protected-access
-    if type(inner) is not gaussian_query.GaussianSumQuery:
-      raise TypeError(f"unexpected tensorflow_privacy internals: {type(inner).__name__}")
+  for inner in privacy.adaptive_clip_gaussians(query):
     inner.__class__ = SeededGaussianSumQuery
 
 
@@ -126,8 +124,8 @@ def gaussian_factory(params, inner: tff.aggregators.UnweightedAggregationFactory
   cpr = float(context.clients_per_round)
   seed = (context.seed << 8) + context.index  # one stream per stage of the run
   if params.adaptive:
-    value_noise, count_stddev = _adaptive_noise(params.noise_multiplier, cpr,
-                                                params.clipped_count_stddev)
+    value_noise, count_stddev = privacy.adaptive_clip_noise_params(
+        params.noise_multiplier, cpr, params.clipped_count_stddev)
     adaptive = tfp.QuantileAdaptiveClipSumQuery(
         initial_l2_norm_clip=params.clip, noise_multiplier=value_noise,
         target_unclipped_quantile=params.target_quantile,
@@ -142,11 +140,3 @@ def gaussian_factory(params, inner: tff.aggregators.UnweightedAggregationFactory
     query = SeededQuery(tfp.NormalizedQuery(gaussian, denominator=cpr), seed,
                         lambda s: s.numerator_state)
   return tff.aggregators.DifferentiallyPrivateFactory(query, record_aggregation_factory=inner)
-
-
-def _adaptive_noise(noise_multiplier: float, clients_per_round: float,
-                    clipped_count_stddev: float | None) -> tuple[float, float]:
-  """TFF's split of the total noise between the values and the clipped count."""
-  from tensorflow_federated.python.aggregators import differential_privacy
-  return differential_privacy.adaptive_clip_noise_params(
-      noise_multiplier, clients_per_round, clipped_count_stddev)

@@ -5,7 +5,8 @@
 * `contexts`: TFF execution contexts on a worker, and their installation.
 * `mapreduce`: a process's MapReduceForm, compiled once (sizing and inprocess).
 * `computations`: TFF computation protos as TensorFlow functions.
+* `privacy`: what fedsim reads inside TFF's, tensorflow_privacy's and dp_accounting's DP code.
 
-Kept free of TensorFlow imports, as are `quiet` and `lazy_imports`; the others
-import TFF.
+Kept free of TensorFlow imports, as are `quiet`, `lazy_imports` and `privacy`
+(which imports inside its functions); the others import TFF.
 """
