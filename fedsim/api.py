@@ -74,9 +74,11 @@ def run(config: ConfigSource, overrides: Sequence[str] = (), logdir: str | os.Pa
     progress: progress bar on/off; None = only when stdout is a terminal.
     on_run_dir: called with each run directory as soon as it exists.
     resume: None (default): new run directories; True: each variant resumes
-      its newest incomplete run that has a checkpoint (an error if a variant
-      has none); a run directory: resume that one (for a config with
-      variants, the variant whose runs it belongs to).
+      its newest incomplete run that has a checkpoint, else restarts its
+      newest incomplete run from round 0 (an error if a variant has none;
+      runs live in another process are passed over); a run directory: resume
+      that one (for a config with variants, the variant whose runs it belongs
+      to), or restart it if it stopped before its first checkpoint.
     fresh: new run directories: the default, kept for old callers (it
       excludes `resume`).
     on_round: called after each round as `on_round(round, metrics, info)`,
@@ -99,34 +101,49 @@ def run(config: ConfigSource, overrides: Sequence[str] = (), logdir: str | os.Pa
     (one entry with `variant`).
 
   Raises:
-    UserError: bad input, or a run to resume whose config differs in other
-      keys than `rounds` (nothing is run). RunFailed: a run could not finish.
+    UserError: bad input, a run to resume whose config differs in other
+      keys than `rounds`, or one that another process is running (nothing is
+      run, nothing written). RunFailed: a run could not finish.
   """
   from fedsim.experiment import resume as resuming
   _, raw = load_config(config, overrides)
   raw = _with_objects(raw, data, model)
   runs = expand_variants(raw, only=variant)  # validates them all before TF is imported
   on_round = _three_argument(on_round)
-  plans = []
-  for variant, cfg in runs:
-    resolved = plain(cfg)
-    resolved.pop("variants", None)
-    target = resume
-    if (resume not in (None, True, False) and variant is not None
-        and not resuming.belongs(pathlib.Path(resume).resolve().name, variant)):
-      target = None  # The named directory belongs to another variant.
-    plans.append((variant, cfg, resolved,
-                  resuming.choose(logdir, cfg.name, variant, resolved, target, fresh)))
-  if resume not in (None, True, False) and not any(p[3] for p in plans):
-    raise UserError(f"--resume {resume}: not a run of any variant of this config")
+  # Each run directory is locked (see fedsim.reporting.ownership) before
+  # anything in it is read for resuming or changed, until its run ends.
+  with contextlib.ExitStack() as held:
+    plans = []
+    for variant, cfg in runs:
+      resolved = plain(cfg)
+      resolved.pop("variants", None)
+      target = resume
+      if (resume not in (None, True, False) and variant is not None
+          and not resuming.belongs(pathlib.Path(resume).resolve().name, variant)):
+        target = None  # The named directory belongs to another variant.
+      resumption = resuming.choose(logdir, cfg.name, variant, resolved, target, fresh)
+      if resumption is not None:
+        held.callback(resumption.lock.release)
+      plans.append((variant, cfg, resolved, resumption))
+    if resume not in (None, True, False) and not any(p[3] for p in plans):
+      raise UserError(f"--resume {resume}: not a run of any variant of this config")
+    results = _run_plans(plans, logdir, held, progress, on_run_dir, on_round)
+  if len(runs) == 1 and runs[0][0] is None:
+    return results[None]
+  return results
 
+
+def _run_plans(plans, logdir, held: contextlib.ExitStack, progress, on_run_dir, on_round):
+  """Runs each (variant, cfg, resolved, resumption) of `run`; {variant: RunResult}."""
   from fedsim.backend import quiet
   quiet.import_tff()  # before any module below imports TF/TFF noisily
   from fedsim.runtime.inprocess import configure_threads
   configure_threads(plans[0][1].runtime)  # before TF runs an op; the first run's choice
   from fedsim.experiment.loop import run_rounds
+  from fedsim.experiment.rewind import rewind_to_start
   from fedsim.experiment.simulation import build_simulation
   from fedsim.reporting import create_run_dir, mark_interrupted, write_config
+  from fedsim.reporting.ownership import lock_run_dir
   from fedsim.runtime import signals
   from fedsim.runtime.session import session
 
@@ -138,10 +155,17 @@ def run(config: ConfigSource, overrides: Sequence[str] = (), logdir: str | os.Pa
       print(f"fedsim: {sim.runtime_notice}", file=sys.stderr)
     if resumption is None:
       run_dir, checkpoint = create_run_dir(logdir, cfg.name, variant), None
+      lock = lock_run_dir(run_dir)  # New and empty: only a --resume could race for it.
+      held.callback(lock.release)
     else:
-      run_dir, checkpoint = resumption.run_dir, resumption.checkpoint
-      print(f"resuming {run_dir} after round {checkpoint.round_num} of {cfg.rounds}",
-            flush=True)
+      run_dir, checkpoint, lock = resumption.run_dir, resumption.checkpoint, resumption.lock
+      if checkpoint is None:
+        print(f"restarting {run_dir} from round 0 of {cfg.rounds}: it stopped before its"
+              " first checkpoint", flush=True)
+        rewind_to_start(run_dir)
+      else:
+        print(f"resuming {run_dir} after round {checkpoint.round_num} of {cfg.rounds}",
+              flush=True)
     if on_run_dir:
       on_run_dir(run_dir)
     write_config(run_dir, resolved)
@@ -155,8 +179,7 @@ def run(config: ConfigSource, overrides: Sequence[str] = (), logdir: str | os.Pa
       results[variant] = run_rounds(sim, run_dir, resolved, progress=progress,
                                     check_runtime=runtime.check_alive,
                                     resume_from=checkpoint, on_round=on_round)
-  if len(runs) == 1 and runs[0][0] is None:
-    return results[None]
+    lock.release()  # The worker, which logs into the directory, has stopped.
   return results
 
 

@@ -41,6 +41,31 @@ def _tff_guard():
   yield
 
 
+@pytest.fixture
+def lock_holder():
+  """lock_holder(run_dir) -> a process holding the directory's lock (see
+  fedsim.reporting.ownership), killed at the end."""
+  hold = ("import sys, time\n"
+          "from fedsim.reporting.ownership import lock_run_dir\n"
+          "lock = lock_run_dir(sys.argv[1])\n"
+          "print('locked', flush=True)\n"
+          "time.sleep(600)\n")
+  children = []
+
+  def start(run_dir):
+    child = subprocess.Popen([sys.executable, "-c", hold, str(run_dir)],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+    children.append(child)
+    assert child.stdout.readline() == "locked\n"
+    return child
+
+  yield start
+  for child in children:
+    child.kill()
+    child.wait()
+    child.stdout.close()
+
+
 def pytest_collection_modifyitems(config, items):
   """Leaves out `long` tests unless a -m expression is given (keeps `uv run pytest`,
   which CI runs, under 20 minutes on 2 cores; `-m long` runs them, `-m "long or not

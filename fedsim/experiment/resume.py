@@ -3,8 +3,11 @@
 * By default a run starts a new run directory; nothing is deleted.
 * `resume=True` continues the newest incomplete run of the same experiment
   and variant (`<logdir>/<name>/` runs whose status is not 'completed') that
-  has a complete checkpoint, and insists on one; `resume=<run dir>` names the
-  run (a completed run may then be extended by raising `rounds`).
+  has a complete checkpoint, else restarts the newest incomplete run from
+  round 0, and insists on one; `resume=<run dir>` names the run (a completed
+  run may then be extended by raising `rounds`).
+* A run directory is locked (`fedsim.reporting.ownership`) before anything in
+  it is read: a run that another process is running is never taken over.
 * `fresh=True` says the default explicitly (it excludes `resume`).
 
 The config of a resumed run must equal the checkpointed one (its
@@ -25,19 +28,31 @@ import yaml
 
 from fedsim.errors import UserError
 from fedsim.experiment.checkpoint import Checkpoint, latest_checkpoint
+from fedsim.reporting.ownership import RunDirLock, lock_run_dir
 from fedsim.reporting.rundir import read_status
 
-# Keys whose change does not alter what a round computes.
-MAY_DIFFER = ("rounds", "checkpoint")
+# Keys whose change does not alter what a round computes. `seeds` lists the
+# sibling runs (this run's is `seed`); `plugins` says where the registered
+# names come from (config.yaml records absolute paths, older ones relative).
+MAY_DIFFER = ("rounds", "checkpoint", "seeds", "plugins")
 _TIMESTAMPED = re.compile(r"\d{8}-\d{6}(-\d+)?")
 
 
 @dataclasses.dataclass(frozen=True)
 class Resumption:
-  """A run directory to continue, and the checkpoint to continue from."""
+  """A run directory to continue, held by this process.
+
+  Attributes:
+    run_dir: the directory.
+    checkpoint: where to continue; None to restart from round 0 (the run
+      stopped before its first checkpoint).
+    lock: the directory's lock, taken before anything in it was read; the
+      caller releases it when the run ends.
+  """
 
   run_dir: pathlib.Path
-  checkpoint: Checkpoint
+  checkpoint: Checkpoint | None
+  lock: RunDirLock = dataclasses.field(compare=False, repr=False)
 
 
 def config_differences(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -95,15 +110,31 @@ def _incomplete_runs(logdir: str | os.PathLike, name: str, variant: str | None):
   return sorted(runs, key=lambda d: (d / "config.yaml").stat().st_mtime, reverse=True)
 
 
-def check_resumable(run_dir: pathlib.Path, resolved: Mapping[str, Any]) -> Resumption:
-  """Checks that `run_dir` can continue with config `resolved`.
+def check_resumable(run_dir: pathlib.Path, resolved: Mapping[str, Any],
+                    lock: RunDirLock | None = None) -> Resumption:
+  """Locks `run_dir` (unless `lock` holds it already) and checks that it can
+  continue with config `resolved`.
+
+  Returns:
+    The Resumption (holding the lock): from the newest complete checkpoint,
+    or from round 0 for a run that stopped before its first.
 
   Raises:
-    UserError: naming the directory, if it is not a run directory, has no
-      complete checkpoint, already ran `rounds` rounds, or was run with a
-      config that differs in other keys than `rounds` / `checkpoint.*`
-      (listed, dotted).
+    UserError: naming the directory, if another process runs it, it is not a
+      run directory, it already ran `rounds` rounds (or completed without a
+      checkpoint to extend from), or was run with a config that differs in
+      other keys than `rounds` / `checkpoint.*` (listed, dotted). The lock
+      is then released.
   """
+  lock = lock or lock_run_dir(run_dir)
+  try:
+    return Resumption(run_dir, _checkpoint_to_resume(run_dir, resolved), lock)
+  except BaseException:
+    lock.release()
+    raise
+
+
+def _checkpoint_to_resume(run_dir: pathlib.Path, resolved: Mapping[str, Any]) -> Checkpoint | None:
   config_path = run_dir / "config.yaml"
   try:
     old = yaml.safe_load(config_path.read_text(encoding="utf-8"))
@@ -119,14 +150,17 @@ def check_resumable(run_dir: pathlib.Path, resolved: Mapping[str, Any]) -> Resum
                     f" {', '.join(differing)} (only rounds and checkpoint.* may change); leave out"
                     " --resume to start a new run")
   checkpoint = latest_checkpoint(run_dir)
+  completed = read_status(run_dir)[0] == "completed"
   if checkpoint is None:
-    raise UserError(f"--resume {run_dir}: no complete checkpoint to resume from")
+    if completed:  # Its checkpoints were deleted: what it logged is all there is.
+      raise UserError(f"--resume {run_dir}: a completed run without a checkpoint to extend"
+                      " from; leave out --resume to start a new run")
+    return None
   rounds = resolved["rounds"]
-  if checkpoint.round_num > rounds or (checkpoint.round_num == rounds
-                                       and read_status(run_dir)[0] == "completed"):
+  if checkpoint.round_num > rounds or (checkpoint.round_num == rounds and completed):
     raise UserError(f"rounds: {run_dir} already ran {checkpoint.round_num} rounds"
                     f" (rounds={rounds}); raise rounds to extend it")
-  return Resumption(run_dir, checkpoint)
+  return checkpoint
 
 
 def choose(logdir: str | os.PathLike, name: str, variant: str | None,
@@ -138,8 +172,12 @@ def choose(logdir: str | os.PathLike, name: str, variant: str | None,
     logdir, name, variant: where the variant's runs live.
     resolved: the variant's resolved config (as written to config.yaml).
     resume: None or False (a new run directory), True (the newest incomplete
-      run, which must exist) or a run directory.
+      run with a checkpoint, else the newest incomplete run, restarted; runs
+      another process holds are passed over) or a run directory.
     fresh: a new run directory (the default; excludes `resume`).
+
+  Returns:
+    None, or a Resumption holding the directory's lock (see `check_resumable`).
 
   Raises:
     UserError: see `check_resumable`; also when `resume` is True and there is
@@ -154,9 +192,29 @@ def choose(logdir: str | os.PathLike, name: str, variant: str | None,
     if not run_dir.is_dir():
       raise UserError(f"--resume {run_dir}: no such run directory")
     return check_resumable(run_dir, resolved)
+  refused, restart = [], None
   for run_dir in _incomplete_runs(logdir, name, variant):
-    if latest_checkpoint(run_dir) is not None:
-      return check_resumable(run_dir, resolved)
+    try:
+      lock = lock_run_dir(run_dir)
+    except UserError:  # Live in another process: not ours to take.
+      refused.append(str(run_dir))
+      continue
+    try:
+      has_checkpoint = latest_checkpoint(run_dir) is not None
+    except BaseException:
+      lock.release()
+      raise
+    if has_checkpoint:
+      if restart is not None:
+        restart.release()
+      return check_resumable(run_dir, resolved, lock)
+    if restart is None:
+      restart = lock  # The newest run without a checkpoint, if none has one.
+    else:
+      lock.release()
+  if restart is not None:
+    return check_resumable(restart.run_dir, resolved, restart)
   label = f"{name}/{variant}" if variant else name
-  raise UserError(f"--resume: no incomplete run of {label} with a checkpoint"
-                  f" under {pathlib.Path(logdir) / name}")
+  passed_over = f" (passed over, in use by a live run: {', '.join(refused)})" if refused else ""
+  raise UserError(f"--resume: no incomplete run of {label} under {pathlib.Path(logdir) / name}"
+                  f" to resume{passed_over}")

@@ -13,6 +13,9 @@ this module cuts the rest, so that every reader sees each round once:
   other readers (EventAccumulator with purging off, tbparse, pandas) would
   still see the duplicates.
 * `events.log` loses its lines about rounds after R.
+
+A run killed before its first checkpoint has nothing to rewind to:
+`rewind_to_start` clears its logs instead, and it runs again from round 0.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import shutil
 
 from fedsim.experiment.checkpoint import Checkpoint
 
@@ -43,6 +47,30 @@ def rewind_logs(run_dir: pathlib.Path, checkpoint: Checkpoint) -> None:
       if path.is_file():
         rewrite_event_file(path, checkpoint.wall_time, max_step)
   _rewind_events_log(run_dir / "events.log", checkpoint.round_num)
+
+
+def rewind_to_start(run_dir: pathlib.Path) -> None:
+  """Removes what a run that stopped before its first checkpoint logged, so
+  that it restarts from round 0 in the same directory.
+
+  Its rounds will be run again from the initial state: metrics.csv,
+  clients.csv, events.log, the TensorBoard event files (as `rewind_logs`
+  walks them), its clients' states and any partial checkpoint go; config.yaml,
+  status and worker.log stay. Call it only holding the directory's lock and
+  after `latest_checkpoint` found no complete checkpoint.
+
+  Raises:
+    OSError: if a file cannot be removed.
+  """
+  for log_dir in (run_dir, run_dir / _TIME_DIR, run_dir / BITS_DIR):
+    for path in log_dir.glob(_EVENTS_PREFIX + "*"):
+      path.unlink()
+  # The run loop's file names (fedsim.experiment.loop imports this module).
+  for name in ("metrics.csv", "clients.csv", "events.log", "final_model.npz"):
+    (run_dir / name).unlink(missing_ok=True)
+  for name in ("client_states", "checkpoints"):
+    if (run_dir / name).exists():
+      shutil.rmtree(run_dir / name)
 
 
 def rewrite_event_file(path: pathlib.Path, max_wall_time: float,

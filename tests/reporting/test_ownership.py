@@ -6,18 +6,12 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 
 import pytest
 
 from fedsim.errors import UserError
 from fedsim.reporting import ownership, rundir
 
-HOLD = ("import sys, time\n"
-        "from fedsim.reporting.ownership import lock_run_dir\n"
-        "lock = lock_run_dir(sys.argv[1])\n"
-        "print('locked', flush=True)\n"
-        "time.sleep(600)\n")
 
 
 def _start_time(pid: int) -> int:
@@ -34,23 +28,6 @@ def sleeper():
   child.kill()
   child.wait()
 
-
-@pytest.fixture
-def holder(tmp_path):
-  """Starts a process that holds a directory's lock: holder(dir) -> Popen."""
-  children = []
-
-  def start(run_dir):
-    child = subprocess.Popen([sys.executable, "-c", HOLD, str(run_dir)],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
-    children.append(child)
-    assert child.stdout.readline() == "locked\n"
-    return child
-
-  yield start
-  for child in children:
-    child.kill()
-    child.wait()
 
 
 def test_this_process_is_alive_and_named_by_pid_host_and_start_time():
@@ -98,8 +75,8 @@ def test_running_status_of_a_dead_writer_reads_killed(tmp_path, sleeper):
   assert rundir.read_status(tmp_path) == ("running", "")
 
 
-def test_a_held_lock_refuses_others_and_dies_with_its_holder(tmp_path, holder):
-  child = holder(tmp_path)
+def test_a_held_lock_refuses_others_and_dies_with_its_holder(tmp_path, lock_holder):
+  child = lock_holder(tmp_path)
   before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
   with pytest.raises(UserError) as refused:
     ownership.lock_run_dir(tmp_path)

@@ -61,7 +61,7 @@ def test_changed_config_is_refused_with_the_keys(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--resume"], "--resume: no incomplete run of faults with a checkpoint"),
+    (["--resume"], "--resume: no incomplete run of faults under {tmp}/faults to resume"),
     (["--resume", "{tmp}/nope"], "--resume {tmp}/nope: no such run directory"),
     (["--resume", "{tmp}"], "--resume {tmp}: not a fedsim run directory"),
 ])
