@@ -52,6 +52,8 @@ JITTER_STREAM = _stream("JITTER_STREAM", 9,
 # Was 7, HOLDOUT_STREAM's id: round r's device draws were client r's hold-out draws.
 SYSTEM_STREAM = _stream("SYSTEM_STREAM", 10,
                         "device speed and dropout of a round's clients, then round number")
+SKETCH_STREAM = _stream("SKETCH_STREAM", 11,
+                        "count_sketch's hash and sign functions, then the stage's index in its chain")
 DESCRIBE_STREAM = _stream("DESCRIBE_STREAM", 20,
                           "which clients `describe` reads labels of (seed 0, not the run's)")
 

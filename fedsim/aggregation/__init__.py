@@ -210,4 +210,4 @@ def private_stage(stages: Sequence[Component]) -> tuple[int, Component] | None:
   return None
 
 
-from fedsim.aggregation import builtin, majority  # noqa: E402,F401  (register fedsim's own stages)
+from fedsim.aggregation import builtin, count_sketch, majority  # noqa: E402,F401  (register fedsim's own stages)
