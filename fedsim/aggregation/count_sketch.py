@@ -31,6 +31,7 @@ import dataclasses
 
 from fedsim.aggregation import StageContext, register_aggregation_stage
 from fedsim.config.typed import bounded
+from fedsim.errors import UserError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,3 +53,16 @@ def build_count_sketch(params: CountSketchParams, inner, context: StageContext):
 
 
 build_count_sketch.compresses = True
+
+
+def _check_first(params: CountSketchParams, context: StageContext, key: str) -> None:
+  """FetchSGD's server keeps momentum and error of the clients' mean update: a mean
+  above it would average its outputs instead. (A clip or zeroing above it would act
+  on raw updates, which is sound, but the simple rule is the one checked.)"""
+  del params
+  if context.index != 0:
+    raise UserError(f"{key} count_sketch: must be the first stage of the chain (clients"
+                    " sketch their raw update; the mean and the sum below act on sketches)")
+
+
+build_count_sketch.check_context = _check_first

@@ -151,6 +151,14 @@ def test_bad_parameters_are_one_line(key, value, message):
     parse_aggregation([{"name": "count_sketch", key: value}])
 
 
+@pytest.mark.parametrize("chain", [[{"name": "mean"}, SKETCH],
+                                   [{"name": "clip", "norm": 1.0}, SKETCH]])
+def test_count_sketch_must_come_first(chain):
+  from fedsim.aggregation import check_chain
+  with pytest.raises(UserError, match=r"^aggregation\[1\] count_sketch: must be the first stage"):
+    check_chain(parse_aggregation(chain), WEIGHTED_MEAN, "fedavg", 3)
+
+
 @pytest.mark.slow
 def test_a_config_runs_count_sketch_over_a_secure_sum(tff_runtime, tmp_path):
   import fedsim
