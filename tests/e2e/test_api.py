@@ -75,20 +75,53 @@ def test_easgd_keeps_client_state_on_disk_and_variants_run(tff_runtime, tmp_path
 
 
 @pytest.mark.slow
-def test_inprocess_runtime_matches_local_and_stateful_falls_back(tff_runtime, tmp_path, capsys):
+def test_inprocess_runtime_matches_local(tff_runtime, tmp_path, capsys):
   config = dict(BASE, backup_clients=1, system={"speed": "lognormal"},
-                variants={"local": {}, "inprocess": {"runtime": {"name": "inprocess"}},
-                          "easgd": {"runtime": {"name": "inprocess"},
-                                    "algorithm": {"name": "easgd", "communication_period": 2}}})
+                variants={"local": {}, "inprocess": {"runtime": {"name": "inprocess"}}})
   results = fedsim.run(config, logdir=tmp_path)
   local, inprocess = results["local"].metrics, results["inprocess"].metrics
   for a, b in zip(local, inprocess):
     for key in ("train/loss", "eval/loss", "eval/accuracy", "broadcast_bits", "aggregate_bits"):
       np.testing.assert_allclose(b[key], a[key], rtol=1e-5, err_msg=key)
-  assert capsys.readouterr().err.count(
-      "fedsim: runtime.name: inprocess cannot run this algorithm (its clients keep state"
-      " between rounds); using local") == 1
-  assert len(results["easgd"].metrics) == 2
+  assert "using local" not in capsys.readouterr().err
+
+
+# Clients that keep state: the runs sample 3 of 8 clients for 4 rounds, so
+# states are carried over and read back, from memory or from disk.
+STATEFUL_RUNS = {
+    "easgd": {"algorithm": {"name": "easgd", "communication_period": 2}},
+    "scaffold": {"algorithm": {"name": "scaffold"}},
+    "topk_error_feedback": {"aggregation": [{"name": "encode", "encoder": "topk", "k": 20,
+                                             "min_elements": 100, "error_feedback": True}]},
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", sorted(STATEFUL_RUNS))
+def test_stateful_clients_on_inprocess_equal_local_with_any_memory_budget(
+    tff_runtime, tmp_path, capsys, variant):
+  inprocess = {"name": "inprocess", "device": "cpu"}
+  config = dict(BASE, rounds=4, **STATEFUL_RUNS[variant], variants={
+      "local": {},
+      "inprocess": {"runtime": inprocess},
+      # No memory: every state goes to disk and is read back from there.
+      "spilled": {"runtime": {**inprocess, "client_state_memory_mb": 0}}})
+  results = fedsim.run(config, logdir=tmp_path)
+  assert "using local" not in capsys.readouterr().err
+  want = results["local"]
+  for name in ("inprocess", "spilled"):
+    got = results[name]
+    for g, w in zip(got.final_weights, want.final_weights, strict=True):
+      np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+    for a, b in zip(want.metrics, got.metrics, strict=True):
+      for key in ("train/loss", "eval/accuracy"):
+        np.testing.assert_allclose(b[key], a[key], rtol=1e-6, atol=1e-6, err_msg=key)
+  # Every sampled client's state is in the run directory after the last checkpoint.
+  sampled = {c for row in csv.DictReader(open(want.run_dir / "clients.csv"))
+             for c in row["aggregated"].split()}
+  for name in ("inprocess", "spilled"):
+    files = {p.stem for p in (results[name].run_dir / "client_states").glob("*.npz")}
+    assert files == sampled
 
 
 @pytest.mark.slow

@@ -141,6 +141,30 @@ def test_a_run_on_the_cluster_equals_inprocess(ray_cluster, tmp_path):
   assert not ray.is_initialized()  # the run disconnected (and killed its actors)
 
 
+@pytest.mark.slow
+def test_clients_that_keep_state_on_the_cluster_equal_inprocess(ray_cluster, tmp_path):
+  """Error feedback and SCAFFOLD: each client's state travels with its chunk to
+  a worker on either node and comes back to the driver's store."""
+  address, _ = ray_cluster
+  ray_runtime = {"name": "ray", "address": address, "workers": 2, "device": "cpu"}
+  config = {**CONFIG, "rounds": 3, "data": {**CONFIG["data"], "num_clients": 6},
+            "variants": {
+                "ef": {"aggregation": [{"name": "encode", "encoder": "topk", "k": 20,
+                                        "min_elements": 100, "error_feedback": True}]},
+                "scaffold": {"algorithm": {"name": "scaffold"}}}}
+  want = fedsim.run(config, logdir=tmp_path / "inprocess", progress=False)
+  got = fedsim.run({**config, "runtime": ray_runtime}, logdir=tmp_path / "ray", progress=False)
+  for variant in ("ef", "scaffold"):
+    for g, w in zip(got[variant].final_weights, want[variant].final_weights, strict=True):
+      np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+    for a, b in zip(want[variant].metrics, got[variant].metrics, strict=True):
+      np.testing.assert_allclose(b["train/loss"], a["train/loss"], rtol=1e-6)
+    states = sorted(p.name for p in (got[variant].run_dir / "client_states").iterdir())
+    assert states == sorted(p.name for p in (want[variant].run_dir / "client_states").iterdir())
+    assert len(states) >= 4  # 4 of 6 clients a round for 3 rounds
+  assert any(m["error_feedback/residual_norm"] > 0 for m in got["ef"].metrics)
+
+
 @pytest.fixture(scope="module")
 def on_cluster(ray_cluster):
   """(inprocess simulation, a ClusterProcess of DyingWorkers of the same config),
