@@ -2,7 +2,9 @@
 
 * The first SIGINT raises KeyboardInterrupt and SIGTERM raises SystemExit(143)
   in the main thread, so the run writes `status: interrupted`, its session
-  kills the worker and the CLI exits 130 / 143, as on any other exit.
+  kills the worker and the CLI exits 130 / 143, as on any other exit. If the
+  main thread is inside TensorFlow, the exception waits until TensorFlow
+  returns to its caller (TensorFlow's C code would turn it into a TypeError).
 * Either signal also arms a deadline: a process still alive
   `EXIT_DEADLINE_S` later (a call on the way out blocked, or the main thread
   sits in a C call that never returns to Python) runs the forced-exit hooks,
@@ -104,20 +106,70 @@ def exit_now_if_signalled(code: int) -> None:
 
 
 def _on_sigint(signum, frame) -> None:
-  del signum, frame
+  del signum
   global _handled_interrupts, _signalled
   _signalled = True
   _handled_interrupts += 1
   if _handled_interrupts > 1:
     force_exit(130, "interrupted again; exiting now")
-  raise KeyboardInterrupt
+  _raise_outside_tensorflow(frame, KeyboardInterrupt())
 
 
 def _on_sigterm(signum, frame) -> None:
-  del frame
   global _signalled
   _signalled = True
-  raise SystemExit(128 + signum)
+  _raise_outside_tensorflow(frame, SystemExit(128 + signum))
+
+
+def _raise_outside_tensorflow(frame, error: BaseException) -> None:
+  """Raises `error` now, or, if the main thread is inside TensorFlow, in the
+  frame that called TensorFlow as soon as TensorFlow returns to it.
+
+  TensorFlow's C code calls back into Python (it reads the eager context's
+  `_handle` property for each tensor it makes) and replaces an exception
+  raised there by its own TypeError ('Expected `context` argument in
+  EagerTensor constructor to have a `_handle` attribute ... Was eager Context
+  initialized?'): a Ctrl-C handled at that moment failed the run with a
+  traceback. The caller's local trace function raises `error` at the
+  caller's next event (its next line, or its return), as a debugger stops a
+  frame. Under a debugger or coverage tool, which owns tracing, it is raised
+  at once, as before.
+  """
+  caller = _tensorflow_caller(frame)
+  if caller is None or sys.gettrace() is not None:
+    raise error
+
+  def raise_in_caller(traced, event, arg):
+    del event, arg
+    sys.settrace(None)
+    traced.f_trace = None
+    raise error
+
+  caller.f_trace = raise_in_caller
+  sys.settrace(_trace_no_calls)  # Tracing on for this thread; frames TF still runs untraced.
+
+
+def _trace_no_calls(frame, event, arg) -> None:
+  del frame, event, arg
+  return None
+
+
+def _tensorflow_caller(frame):
+  """The frame that called the outermost TensorFlow frame of `frame`'s stack
+  (None if TensorFlow is not on it)."""
+  tf = sys.modules.get("tensorflow")
+  root = os.path.dirname(getattr(tf, "__file__", None) or "")
+  if not root:
+    return None
+  prefix = root + os.sep
+  caller, inside = None, False
+  while frame is not None:
+    if frame.f_code.co_filename.startswith(prefix):
+      inside, caller = True, None
+    elif inside and caller is None:
+      caller = frame
+    frame = frame.f_back
+  return caller
 
 
 def _watch(read_fd: int) -> None:

@@ -73,3 +73,18 @@ def test_sigterm_is_a_normal_exit_then_the_deadline(tmp_path):
     proc.kill()
   assert proc.returncode == 143 and err == ""
   assert not (tmp_path / "hook").exists()
+
+
+@pytest.mark.slow  # imports TensorFlow in the child
+def test_a_signal_inside_a_tensorflow_callback_still_interrupts(tmp_path):
+  """The Ctrl-C-under-load traceback of issue 27: a KeyboardInterrupt raised
+  while TF's C code had called back into Python became TF's TypeError ('Was
+  eager Context initialized?') and failed the run; it now waits for TF to return."""
+  script = pathlib.Path(__file__).parent / "scripts" / "signal_in_tensorflow.py"
+  done = subprocess.run(
+      [sys.executable, str(script), str(tmp_path), "INT", "TERM"], capture_output=True,
+      text=True, timeout=300,
+      env=dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2"),
+      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+  assert done.returncode == 0, done.stderr
+  assert done.stdout.splitlines() == ["KeyboardInterrupt", "SystemExit 143"], done.stderr
