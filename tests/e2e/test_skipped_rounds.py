@@ -49,9 +49,10 @@ def test_skipped_rounds_leave_the_model_and_the_privacy_budget_alone(tmp_path):
 
 
 def result_ledger_epsilon(rounds: int) -> float:
+  # Noise multiplier 1.0 is 0.5 of the replace-one sensitivity (2 clips).
   import dp_accounting
   event = dp_accounting.SelfComposedDpEvent(dp_accounting.SampledWithoutReplacementDpEvent(
-      6, 5, dp_accounting.GaussianDpEvent(1.0)), rounds)
+      6, 5, dp_accounting.GaussianDpEvent(0.5)), rounds)
   accountant = dp_accounting.rdp.RdpAccountant(
       neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
   return accountant.compose(event).get_epsilon(1e-5)
