@@ -115,6 +115,13 @@ def _import_file(path: pathlib.Path, where: str) -> types.ModuleType:
   return module
 
 
+def absolute_plugins(specs: list[str], base_dir: str | os.PathLike) -> list[str]:
+  """`specs` with each `.py` file as its absolute path (module names as they are)."""
+  base = pathlib.Path(base_dir).resolve()
+  return [str((base / os.path.expanduser(spec)).resolve()) if is_file_plugin(spec) else spec
+          for spec in specs]
+
+
 def plugin_dir(source: Any) -> pathlib.Path:
   """What a config's relative plugin paths are relative to: its file's directory, or cwd."""
   if isinstance(source, (str, os.PathLike)):

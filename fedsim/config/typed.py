@@ -104,6 +104,11 @@ def parse(cls: type, data: Any, key: str = "", reserved: tuple[str, ...] = ()) -
   for name, field in fields.items():
     sub = _join(key, name)
     if name in data:
+      if data[name] is None and field.default is None:
+        # An explicit null is the default, as config.yaml writes it: reading a
+        # run's config.yaml back gives the config it was written from.
+        values[name] = None
+        continue
       if "parser" in field.metadata:
         values[name] = field.metadata["parser"](data[name], sub)
       elif "registry" in field.metadata:

@@ -39,7 +39,9 @@ def test_same_name_merges_key_by_key():
 def test_variant_clears_compression(cleared):
   raw = dict(BASE, variants={"plain": {"compression": cleared}})
   ((_, config),) = expand_variants(raw)
-  assert config.compression.aggregation is None and config.compression.broadcast is None
+  # null is the default (no compression section); {} and none an empty one.
+  assert (config.compression is None if cleared is None else
+          config.compression.aggregation is None and config.compression.broadcast is None)
 
 
 def test_variant_switching_encoder_replaces_the_direction():

@@ -61,7 +61,8 @@ def test_file_plugin_is_relative_to_the_config_and_usable_everywhere(tmp_path, m
   assert (typed.model.name, typed.model.params.width) == ("plugin_file_model", 6)
   runs = dict(expand_variants(raw))
   assert runs["wider"].model.params.width == 7 and runs["mlp"].model.name == "mlp"
-  assert typed.plugins == ["./my_plugin.py"]
+  # Recorded as imported, so a run's config.yaml names the file from anywhere.
+  assert typed.plugins == [str((tmp_path / "exp" / "my_plugin.py").resolve())]
   # Loading the config again reuses the module: nothing registers twice.
   module = sys.modules[module_name((tmp_path / "exp" / "my_plugin.py").resolve())]
   load_config(config)

@@ -20,7 +20,7 @@ from fedsim.experiment.config.merge import apply_overrides, deep_merge, override
 from fedsim.experiment.config.schema import ExperimentConfig
 from fedsim.config.typed import parse_layered, to_plain
 from fedsim.errors import UserError
-from fedsim.plugins import load_plugins, plugin_dir
+from fedsim.plugins import absolute_plugins, load_plugins, plugin_dir
 from fedsim.registry import closest
 
 
@@ -96,6 +96,10 @@ def load_config(source: str | os.PathLike | Mapping[str, Any],
     raw = dict(source) if isinstance(source, Mapping) else read_yaml(source)
     raw = apply_overrides(raw, overrides)
     load_plugins(raw.get("plugins"), plugin_dir(source))
+    if raw.get("plugins"):
+      # As imported: the run's config.yaml then names the same files wherever it
+      # is read from (`fedsim run --resume RUN_DIR` reads it from the run directory).
+      raw["plugins"] = absolute_plugins(raw["plugins"], plugin_dir(source))
     set_paths = [path for item in overrides for path in override_paths(parse_set(item))]
     return _validated(raw, set_paths)
   except RecursionError:
