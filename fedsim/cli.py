@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import pathlib
+import shlex
 import sys
 from typing import Sequence
 
@@ -24,8 +26,9 @@ def _parser() -> argparse.ArgumentParser:
   sub = parser.add_subparsers(dest="command", metavar="COMMAND")
   sub.required = True
 
-  def add_config_args(p):
-    p.add_argument("config", metavar="CONFIG.yaml", help="experiment config file")
+  def add_config_args(p, config_help="experiment config file", optional=False):
+    p.add_argument("config", metavar="CONFIG.yaml", help=config_help,
+                   nargs="?" if optional else None)
     p.add_argument("--set", dest="overrides", action="append", default=[],
                    metavar="KEY=VALUE",
                    help="override a config key with a typed YAML value, e.g."
@@ -50,7 +53,9 @@ def _parser() -> argparse.ArgumentParser:
                        description="Run an experiment: every variant in turn, each into"
                                    " <logdir>/<name>/<run>/ with metrics.csv, TensorBoard"
                                    " events and config.yaml.")
-  add_config_args(run)
+  add_config_args(run, "experiment config file; left out with --resume, the run's own"
+                       " config.yaml (RUN_DIR's, or the newest incomplete run's under"
+                       " --logdir)", optional=True)
   add_seeds_arg(run)
   run.add_argument("--logdir", default="runs", help="root directory of runs (default: runs)")
   run.add_argument("--no-progress", action="store_true",
@@ -120,49 +125,6 @@ def _parser() -> argparse.ArgumentParser:
   return parser
 
 
-def _summary(result, variant: str | None) -> str:
-  from fedsim.reporting import format_bits
-  from fedsim.sizing import varying
-  final = result.final
-  sizes = result.size_info
-  ref_b, ref_a = result.uncompressed_bits_per_client
-  wire = sizes.per_client
-  label = f"[{variant}] " if variant else ""
-  acc = final.get("eval/accuracy")
-  down = _vs_uncompressed(ref_b, wire.broadcast, varying(result.metrics, "distributor"),
-                          counter_bits=wire.broadcast_other)
-  lines = [
-      f"{label}run dir: {result.run_dir}",
-      f"{label}rounds: {len(result.metrics)}"
-      + (f", final eval/accuracy {acc:.4f}" if acc is not None else ""),
-      f"{label}communicated: broadcast {format_bits(sizes.broadcast_bits)}"
-      f" ({down}),"
-      f" aggregate {format_bits(sizes.aggregate_bits)}"
-      f" ({_vs_uncompressed(ref_a, wire.aggregate, varying(result.metrics, 'aggregation'))})",
-  ]
-  return "\n".join(lines)
-
-
-def _vs_uncompressed(reference_bits: int, bits: int, measured: bool = False,
-                     counter_bits: int = 0) -> str:
-  """How a per-client size compares with the same algorithm uncompressed
-  (`measured`: the size varied with the values, so there is no one ratio;
-  `counter_bits`: encoders' round counters in `bits`, which the uncompressed
-  run has none of)."""
-  if measured:
-    return "sizes vary with the values, measured each round"
-  if reference_bits == bits:
-    return "uncompressed"
-  if counter_bits and reference_bits == bits - counter_bits:
-    # An uncompressed broadcast that carries the upload encoder's counter.
-    return f"uncompressed + {counter_bits} bits of round counter"
-  if f"{reference_bits / bits:.2f}" == "1.00":   # a ratio would read "1.00x"
-    return f"uncompressed {bits - reference_bits:+d} bits"
-  if bits > reference_bits:
-    return f"{bits / reference_bits:.2f}x more bits than uncompressed"
-  return f"{reference_bits / bits:.2f}x fewer bits than uncompressed"
-
-
 def _seed_list(text: str) -> list[int]:
   """'0,1,2' -> [0, 1, 2] (argparse reports the error for anything else)."""
   try:
@@ -181,18 +143,54 @@ def _overrides(args) -> list[str]:
 
 def _run(args) -> int:
   from fedsim import api
+  from fedsim.reporting.summary import run_summary
   from fedsim.runtime import signals
   signals.install_exit_handlers()
-  results = api.run(args.config, _overrides(args), logdir=args.logdir,
-                    progress=False if args.no_progress else None,
-                    resume=args.resume, fresh=args.fresh, variant=args.variant)
+  config, resume, overrides = args.config, args.resume, _overrides(args)
+  if config is None:
+    config, resume = _run_to_resume(args)
+    overrides = ["seeds=[]", *overrides]  # the run's own `seed`; `seeds` made its siblings
+  started = []
+  try:
+    results = api.run(config, overrides, logdir=args.logdir,
+                      progress=False if args.no_progress else None,
+                      on_run_dir=started.append, resume=resume, fresh=args.fresh,
+                      variant=args.variant)
+  except (KeyboardInterrupt, RunFailed, HostError, OSError) as e:
+    if started:  # main() prints it after the error
+      e.add_note("resume with: " + shlex.join(
+          ["fedsim", "run", "--resume", str(started[-1]),
+           *(f"--plugin={plugin}" for plugin in args.plugins)]))
+    raise
   items = results.items() if isinstance(results, dict) else [(None, results)]
   experiment_dir = None
   for variant, result in items:
-    print(_summary(result, variant))
+    print(run_summary(result, variant))
     experiment_dir = result.run_dir.parent
   print(f"logs: {experiment_dir}\nview: tensorboard --logdir {experiment_dir}")
   return 0
+
+
+def _run_to_resume(args) -> tuple[pathlib.Path, pathlib.Path]:
+  """(config.yaml, run directory) for `fedsim run --resume [RUN_DIR]` without
+  CONFIG: RUN_DIR, or the newest incomplete run under --logdir."""
+  from fedsim.experiment.status import find_runs
+  from fedsim.reporting.rundir import read_status
+  if args.resume is None:
+    raise UserError("run: CONFIG.yaml is required, unless --resume [RUN_DIR] continues a run")
+  if args.seeds or args.variant:
+    raise UserError(f"{'--seeds' if args.seeds else '--variant'}: a run directory is one run;"
+                    " give CONFIG.yaml to choose runs")
+  if args.resume is True:
+    incomplete = [d for d in find_runs(args.logdir) if read_status(d)[0] != "completed"]
+    if not incomplete:
+      raise UserError(f"--resume: no incomplete run under {args.logdir}")
+    run_dir = max(incomplete, key=lambda d: (d / "config.yaml").stat().st_mtime)
+  else:
+    run_dir = pathlib.Path(args.resume)
+  if not (run_dir / "config.yaml").is_file():
+    raise UserError(f"--resume {run_dir}: not a fedsim run directory (no config.yaml)")
+  return run_dir / "config.yaml", run_dir
 
 
 def _validate(args) -> int:
@@ -252,19 +250,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"fedsim: error: {e}", file=sys.stderr)
     return e.exit_code
   except RunFailed as e:
-    print(f"fedsim: run failed: {e}", file=sys.stderr)
+    print(f"fedsim: run failed: {e}{_hint(e)}", file=sys.stderr)
     return e.exit_code
   except (HostError, OSError) as e:  # The machine, not the input: a full disk, ...
     error = e if isinstance(e, HostError) else host_error(e)
-    print(f"fedsim: error: {error}", file=sys.stderr)
+    print(f"fedsim: error: {error}{_hint(e)}", file=sys.stderr)
     return error.exit_code
-  except KeyboardInterrupt:
-    print("fedsim: interrupted", file=sys.stderr)
+  except KeyboardInterrupt as e:
+    print(f"fedsim: interrupted{_hint(e)}", file=sys.stderr)
     _exit_now_if_signalled(130)
     return 130
   except SystemExit as e:  # SIGTERM, as fedsim.runtime.signals raises it
     _exit_now_if_signalled(e.code if isinstance(e.code, int) else 1)
     raise
+
+
+def _hint(error: BaseException) -> str:
+  """'; resume with: ...' when `_run` noted how to continue the run, else ''."""
+  notes = getattr(error, "__notes__", [])
+  return f"; {notes[-1]}" if notes else ""
 
 
 def _exit_now_if_signalled(code: int) -> None:

@@ -61,6 +61,11 @@ def test_run_writes_logs_and_prints_where(tmp_path, tiny_config):
   assert int(rows[1]["cumulative_broadcast_bits"]) == 2 * 3 * params * 32
   resolved = yaml.safe_load((run_dir / "config.yaml").read_text())
   assert resolved["data"]["alpha"] == 0.5 and resolved["eval"]["batch_size"] == 256
+  # Per round, as TFF's compression tutorial prints it: 3 clients get the float32 model.
+  from fedsim.reporting import format_bits
+  model_bits = format_bits(3 * params * 32)
+  assert f"per round: broadcast {model_bits} (model {model_bits}), aggregate " in result.stdout
+  assert f"(model {model_bits}); mean of 2 rounds" in result.stdout
 
   again = fedsim("run", str(tiny_config), "--logdir", str(logdir))
   assert again.returncode == 0, again.stderr
@@ -138,6 +143,28 @@ def test_list_everything_without_tensorflow(tmp_path):
          "    An optimizer from a plugin." in result.stdout
 
 
+def test_run_without_config_resumes_a_run_directory(tmp_path, capsys):
+  import argparse
+  from fedsim import cli
+  assert cli.main(["run", "--logdir", str(tmp_path)]) == 2
+  assert capsys.readouterr().err == ("fedsim: error: run: CONFIG.yaml is required, unless"
+                                     " --resume [RUN_DIR] continues a run\n")
+  assert cli.main(["run", "--resume", str(tmp_path)]) == 2
+  assert capsys.readouterr().err == (f"fedsim: error: --resume {tmp_path}: not a fedsim run"
+                                     " directory (no config.yaml)\n")
+  # `--resume` alone: the newest run under --logdir that did not complete.
+  for i, (run, status) in enumerate([("a/1", "interrupted"), ("b/2", "failed"),
+                                     ("a/3", "completed")]):
+    (tmp_path / run).mkdir(parents=True)
+    (tmp_path / run / "config.yaml").write_text("name: x\n")
+    (tmp_path / run / "status").write_text(status + "\n")
+    os.utime(tmp_path / run / "config.yaml", (1e9 + i, 1e9 + i))
+  args = argparse.Namespace(resume=True, logdir=str(tmp_path), seeds=None, variant=None)
+  assert cli._run_to_resume(args) == (tmp_path / "b/2/config.yaml", tmp_path / "b/2")
+  assert cli.main(["run", "--resume", "--logdir", str(tmp_path), "--variant", "v"]) == 2
+  assert "--variant: a run directory is one run" in capsys.readouterr().err
+
+
 def test_list_names_every_registry_by_one_word(capsys):
   from fedsim import cli
   from fedsim.catalog import registries
@@ -195,5 +222,5 @@ def test_run_one_variant(tmp_path):
     (1056, 2112, 0, "2.00x more bits than uncompressed"),
 ])
 def test_summary_never_says_one_x_fewer_bits(reference, bits, counter, said):
-  from fedsim.cli import _vs_uncompressed
-  assert _vs_uncompressed(reference, bits, counter_bits=counter) == said
+  from fedsim.reporting.summary import vs_uncompressed
+  assert vs_uncompressed(reference, bits, counter_bits=counter) == said

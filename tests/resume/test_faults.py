@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import shlex
 import signal
 
 import numpy as np
@@ -188,10 +189,12 @@ def test_full_disk_fails_in_one_line_and_the_run_resumes_once_freed(
   assert code == 1
   (run_dir,) = _run_dirs(logdir / "faults")
   assert len(err) == 1, err
+  error, hint = err[0].split("; resume with: ")
   assert re.fullmatch(rf"fedsim: error: no space left on device \(writing .*{run_dir}/.*\)",
-                      err[0]), err
+                      error), err
+  assert hint == f"fedsim run --resume {run_dir}"
   status, message = read_status(run_dir)
-  assert status == "failed" and message == err[0][len("fedsim: error: "):]
+  assert status == "failed" and message == error[len("fedsim: error: "):]
   assert ckpt.latest_checkpoint(run_dir).round_num == 1
 
   small_disk.free()
@@ -214,17 +217,30 @@ def test_an_interrupted_run_says_so_and_resumes(tff_runtime, tmp_path, monkeypat
     raise stop
 
   _stop_after_round(monkeypatch, 2, interrupt)
+  args = [str(path), "--logdir", str(tmp_path), "--set", "seed=5", "--set", "eval.every=2"]
   if stop is KeyboardInterrupt:
-    code, err = _main(capsys, str(path), "--logdir", str(tmp_path))
-    assert (code, err) == (130, ["fedsim: interrupted"])
+    code, err = _main(capsys, *args)
   else:
     with pytest.raises(SystemExit):
-      cli.main(["run", str(path), "--logdir", str(tmp_path)])
+      cli.main(["run", *args])
   (run_dir,) = _run_dirs(tmp_path / "faults")
   assert read_status(run_dir) == ("interrupted", "")
   monkeypatch.undo()
-  resumed = fedsim.run(CONFIG, logdir=tmp_path, resume=True)
-  assert resumed.run_dir == run_dir and [r["round"] for r in resumed.metrics] == [1, 2, 3]
+  if stop is KeyboardInterrupt:
+    # The command printed, which retypes neither the config nor the --set keys.
+    assert (code, err) == (
+        130, [f"fedsim: interrupted; resume with: fedsim run --resume {run_dir}"])
+    command = shlex.split(err[0].split("resume with: ")[1])
+    assert command[:2] == ["fedsim", "run"]
+    code, err = _main(capsys, *command[2:])
+    assert code == 0, err
+    rounds = [r["round"] for r in read_metrics_csv(run_dir / "metrics.csv")]
+  else:
+    resumed = fedsim.run(CONFIG, ["seed=5", "eval.every=2"], logdir=tmp_path, resume=True)
+    assert resumed.run_dir == run_dir
+    rounds = [r["round"] for r in resumed.metrics]
+  assert rounds == [1, 2, 3] and read_status(run_dir) == ("completed", "")
+  assert yaml.safe_load((run_dir / "config.yaml").read_text())["seed"] == 5
 
 
 def _run_dirs(experiment_dir: pathlib.Path) -> list[pathlib.Path]:

@@ -102,7 +102,8 @@ def test_ctrl_c_ends_the_run_promptly(runtime, trial, tmp_path):
     print(f"\n{runtime} trial {trial}: Ctrl-C {delay:.2f} s into the run, exited"
           f" {proc.returncode} after {took:.2f} s")
     assert proc.returncode == 130, err
-    assert err.endswith("fedsim: interrupted\n") and "Traceback" not in err, err
+    assert err.endswith(f"fedsim: interrupted; resume with: fedsim run --resume {run_dir}\n")
+    assert "Traceback" not in err, err
     assert _status(run_dir) == "interrupted"
     deadline = time.monotonic() + 5  # PDEATHSIG kills are asynchronous
     while _workers(marker) and time.monotonic() < deadline:

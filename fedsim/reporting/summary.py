@@ -1,0 +1,71 @@
+"""The end-of-run summary `fedsim run` prints: where the run is, how it ended,
+and the bits it sent each way, in all and per round. Imports no TensorFlow."""
+
+from __future__ import annotations
+
+from fedsim.reporting.units import format_bits
+from fedsim.sizing import varying
+
+
+def run_summary(result, variant: str | None = None) -> str:
+  """What `fedsim run` prints after a run: its directory, rounds, final accuracy,
+  the bits sent each way (in all, and per round)."""
+  final = result.final
+  sizes = result.size_info
+  ref_b, ref_a = result.uncompressed_bits_per_client
+  wire = sizes.per_client
+  label = f"[{variant}] " if variant else ""
+  acc = final.get("eval/accuracy")
+  down = vs_uncompressed(ref_b, wire.broadcast, varying(result.metrics, "distributor"),
+                         counter_bits=wire.broadcast_other)
+  lines = [
+      f"{label}run dir: {result.run_dir}",
+      f"{label}rounds: {len(result.metrics)}"
+      + (f", final eval/accuracy {acc:.4f}" if acc is not None else ""),
+      f"{label}communicated: broadcast {format_bits(sizes.broadcast_bits)}"
+      f" ({down}),"
+      f" aggregate {format_bits(sizes.aggregate_bits)}"
+      f" ({vs_uncompressed(ref_a, wire.aggregate, varying(result.metrics, 'aggregation'))})",
+  ]
+  if sizes.broadcast_history:
+    lines.append(f"{label}{per_round(result)}")
+  return "\n".join(lines)
+
+
+def per_round(result) -> str:
+  """'per round: broadcast X (model Y), aggregate ...': each direction's mean
+  bits over all clients of a round (as TFF's compression tutorial prints them),
+  and of those the model's: the share of the model in a client's compiled
+  size, exact unless the size varies with the values."""
+  sizes, wire = result.size_info, result.size_info.per_client
+  parts = []
+  for direction, history, total, model, prefix in (
+      ("broadcast", sizes.broadcast_history, wire.broadcast, wire.broadcast_model, "distributor"),
+      ("aggregate", sizes.aggregate_history, wire.aggregate, wire.aggregate_model,
+       "aggregation")):
+    mean = sum(history) / len(history)
+    share = ("model varies with the values" if varying(result.metrics, prefix)
+             else f"model {format_bits(mean * model / total) if total else '0 bit'}")
+    parts.append(f"{direction} {format_bits(mean)} ({share})")
+  rounds = len(sizes.broadcast_history)
+  return f"per round: {', '.join(parts)}; mean of {rounds} round{'s' if rounds != 1 else ''}"
+
+
+def vs_uncompressed(reference_bits: int, bits: int, measured: bool = False,
+                    counter_bits: int = 0) -> str:
+  """How a per-client size compares with the same algorithm uncompressed
+  (`measured`: the size varied with the values, so there is no one ratio;
+  `counter_bits`: encoders' round counters in `bits`, which the uncompressed
+  run has none of)."""
+  if measured:
+    return "sizes vary with the values, measured each round"
+  if reference_bits == bits:
+    return "uncompressed"
+  if counter_bits and reference_bits == bits - counter_bits:
+    # An uncompressed broadcast that carries the upload encoder's counter.
+    return f"uncompressed + {counter_bits} bits of round counter"
+  if f"{reference_bits / bits:.2f}" == "1.00":   # a ratio would read "1.00x"
+    return f"uncompressed {bits - reference_bits:+d} bits"
+  if bits > reference_bits:
+    return f"{bits / reference_bits:.2f}x more bits than uncompressed"
+  return f"{reference_bits / bits:.2f}x fewer bits than uncompressed"
