@@ -17,8 +17,7 @@ import numpy as np
 
 from fedsim.config.typed import bounded, choice
 from fedsim.data.partition import PARTITIONERS
-# PACK_STREAM only for experiment/simulation.py, until it imports it from fedsim.seeds.
-from fedsim.seeds import CAP_STREAM, DESCRIBE_STREAM, HOLDOUT_STREAM, PACK_STREAM  # noqa: F401
+from fedsim.seeds import CAP_STREAM, DESCRIBE_STREAM, HOLDOUT_STREAM
 
 DESCRIBE_CLIENTS = 1000  # lazy clients `describe` reads at most (without cheap labels)
 

@@ -15,12 +15,13 @@ from fedsim.aggregation.accounting import PrivacyLedger
 from fedsim.algorithms import ALGORITHMS, FederatedAlgorithm, Task
 from fedsim.experiment.config.schema import ExperimentConfig
 from fedsim.data import DATASETS
-from fedsim.data.federated import PACK_STREAM, FederatedData, with_holdout
+from fedsim.data.federated import FederatedData, with_holdout
 from fedsim.data.packing import pack, packed_examples
 from fedsim.data.sampling import ClientSampler
 from fedsim.errors import UserError
 from fedsim.learning import local_training
 from fedsim.models.functional import TaskModel, build_task_model
+from fedsim.seeds import PACK_STREAM
 from fedsim.sizing import ClientWireBits
 from fedsim.sizing.mapreduce_form import client_wire_bits
 
