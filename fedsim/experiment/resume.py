@@ -126,6 +126,8 @@ def check_resumable(run_dir: pathlib.Path, resolved: Mapping[str, Any],
       other keys than `rounds` / `checkpoint.*` (listed, dotted). The lock
       is then released.
   """
+  if not (run_dir / "config.yaml").is_file():  # Checked first: no lock file left there.
+    raise UserError(f"--resume {run_dir}: not a fedsim run directory (no readable config.yaml)")
   lock = lock or lock_run_dir(run_dir)
   try:
     return Resumption(run_dir, _checkpoint_to_resume(run_dir, resolved), lock)

@@ -73,6 +73,7 @@ def test_nothing_to_resume(tmp_path, capsys, args, message):
   code, err = _main(capsys, str(path), "--logdir", str(tmp_path), *args)
   assert code == 2 and len(err) == 1
   assert err[0].startswith("fedsim: error: " + message.format(tmp=tmp_path))
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"]  # nothing written
 
 
 def test_a_run_starts_a_new_directory_unless_told_to_resume(tmp_path):
