@@ -38,11 +38,10 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import workloads  # noqa: E402  (bench/workloads.py)
-from fedsim.experiment.config.schema import RuntimeConfig  # noqa: E402
 from fedsim.runtime.inprocess import configure_threads  # noqa: E402
 
 # As `fedsim run` does for inprocess, before TensorFlow runs its first op.
-THREADS_SET = configure_threads(RuntimeConfig(name="inprocess"))
+THREADS_SET = configure_threads("clients")
 
 RUNTIMES = ("stock_tff", "local", "inprocess", "graph_loop", "python_loop",
             "inprocess_bf16", "graph_loop_bf16")

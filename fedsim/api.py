@@ -137,8 +137,9 @@ def _run_plans(plans, logdir, held: contextlib.ExitStack, progress, on_run_dir, 
   """Runs each (variant, cfg, resolved, resumption) of `run`; {variant: RunResult}."""
   from fedsim.backend import quiet
   quiet.import_tff()  # before any module below imports TF/TFF noisily
-  from fedsim.runtime.inprocess import configure_threads
-  configure_threads(plans[0][1].runtime)  # before TF runs an op; the first run's choice
+  from fedsim.runtime.registry import runtime_of
+  first = plans[0][1].runtime  # before TF runs an op; the first run's choice
+  runtime_of(first.name).configure(first.params)
   from fedsim.experiment.loop import run_rounds
   from fedsim.experiment.rewind import rewind_to_start
   from fedsim.experiment.simulation import build_simulation
@@ -172,7 +173,7 @@ def _run_plans(plans, logdir, held: contextlib.ExitStack, progress, on_run_dir, 
     # A forced exit (see fedsim.runtime.signals) skips the loop's own status.
     # A runtime with a close() (ray's actors and private instance) ends with the run.
     with session(str(run_dir / "worker.log"),
-                 cfg.runtime.max_concurrent_computation_calls) as runtime, \
+                 cfg.runtime.params.max_concurrent_computation_calls) as runtime, \
         signals.forced_exit_hook(lambda d=run_dir: mark_interrupted(d)), \
         (contextlib.closing(sim.round_process) if hasattr(sim.round_process, "close")
          else contextlib.nullcontext()):

@@ -53,11 +53,11 @@ def client_accuracy_metrics(correct: np.ndarray, targets: np.ndarray) -> dict[st
 
 def make_client_evaluator(model: TaskModel, client_test: Mapping[str, Examples],
                           batch_size: int, choose: Callable[[int], Sequence[str]],
-                          runtime=None):
+                          as_function=None):
   """`(weights, round) -> eval_clients/* metrics` over the clients `choose(round)` names.
 
-  Runs as one TFF computation on the runtime that evaluates the pooled test
-  set (see `simulation.make_evaluator`), in inference mode.
+  Runs as one TFF computation where `as_function` puts it, as the pooled test
+  set's evaluator does (see `simulation.make_evaluator`), in inference mode.
   """
   import tensorflow as tf
   import tensorflow_federated as tff
@@ -79,10 +79,7 @@ def make_client_evaluator(model: TaskModel, client_test: Mapping[str, Examples],
       return tf.map_fn(one, tf.range(tf.shape(batches["mask"])[0]),
                        fn_output_signature=tf.TensorSpec([2], tf.float32))
 
-    if runtime is not None and runtime.name == "inprocess":
-      from fedsim.runtime import inprocess
-      return inprocess.tensorflow_function(stats, runtime.device)
-    return stats
+    return as_function(stats) if as_function is not None else stats
 
   def evaluate_chunk(model_weights, tests: Sequence[Examples]) -> np.ndarray:
     """float64 [len(tests), 2]: each client's (correct, targets)."""

@@ -127,7 +127,7 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
       if sim.algorithm.stateful_clients:
         restore_client_states(resume_from, run_dir / "client_states")
     states = (ClientStateStore(run_dir / "client_states", sim.algorithm.initial_client_state,
-                               config.runtime.client_state_memory_mb * 2**20)
+                               config.runtime.params.client_state_memory_mb * 2**20)
               if sim.algorithm.stateful_clients else None)
     check_free_space(run_dir, _disk_needed(sim, state, states))
     csv_sink = CsvSink(run_dir / "metrics.csv",

@@ -13,6 +13,7 @@ from fedsim.aggregation import (AGGREGATION_STAGES, BROADCAST_STAGES, is_compres
                                 private_stage)
 from fedsim.aggregation.accounting import PrivacyLedger
 from fedsim.algorithms import ALGORITHMS, FederatedAlgorithm, Task
+from fedsim.experiment.config.loader import parse_config, plain
 from fedsim.experiment.config.schema import ExperimentConfig
 from fedsim.data import DATASETS
 from fedsim.data.federated import FederatedData, with_holdout
@@ -21,6 +22,7 @@ from fedsim.data.sampling import ClientSampler
 from fedsim.errors import UserError
 from fedsim.learning import local_training
 from fedsim.models.functional import TaskModel, build_task_model
+from fedsim.runtime.registry import RuntimeContext, Unsupported, runtime_of
 from fedsim.seeds import PACK_STREAM
 from fedsim.sizing import ClientWireBits
 from fedsim.sizing.mapreduce_form import client_wire_bits
@@ -38,10 +40,10 @@ class Simulation:
   wire: ClientWireBits               # per client per round, as configured
   uncompressed_wire: ClientWireBits  # the same algorithm without compression
   evaluate: Any                      # weights -> {"eval/loss", "eval/accuracy"}
-  # What the loop calls each round: the TFF process (runtime `local`) or the
-  # same process compiled to run in this Python process (`inprocess`).
+  # What the loop calls each round: what the configured runtime built (see
+  # fedsim.runtime.registry), e.g. the TFF process or the compiled round.
   round_process: Any = None
-  runtime_notice: str | None = None  # why `inprocess` fell back to `local`
+  runtime_notice: str | None = None  # why the named runtime fell back to `local`
   # The privacy spent so far, when the aggregation chain is differentially private.
   privacy: PrivacyLedger | None = None
   # (weights, round) -> eval_clients/* metrics, with `eval.federated` (client_eval.py).
@@ -68,20 +70,21 @@ def build_simulation(config: ExperimentConfig) -> Simulation:
   # sized from its own compiled process too.
   uncompressed = (_uncompressed_wire_bits(config, model, len(data.client_ids))
                   if _compresses(config) else wire)
-  round_process, notice = _round_process(algorithm, config.runtime, config)
+  round_process, notice = _round_process(algorithm, config)
+  # Evaluation runs where training runs (TFF's worker after a fallback).
+  as_function = (lambda computation: computation) if notice else functools.partial(
+      runtime_of(config.runtime.name).function, params=config.runtime.params)
   return Simulation(
       config=config, data=data, model=model, algorithm=algorithm,
       sampler=ClientSampler(data.client_ids, config.seed),
       wire=wire, uncompressed_wire=uncompressed,
-      evaluate=make_evaluator(model, data, config.eval.batch_size,
-                              config.runtime if notice is None else None),
+      evaluate=make_evaluator(model, data, config.eval.batch_size, as_function),
       round_process=round_process, runtime_notice=notice,
       privacy=_privacy_ledger(config, len(data.client_ids)),
-      evaluate_clients=_client_evaluator(config, model, data,
-                                         config.runtime if notice is None else None))
+      evaluate_clients=_client_evaluator(config, model, data, as_function))
 
 
-def _client_evaluator(config, model, data, runtime):
+def _client_evaluator(config, model, data, as_function):
   """The per-client evaluator of `eval.federated`, or None when it is off."""
   if not config.eval.federated:
     return None
@@ -91,7 +94,8 @@ def _client_evaluator(config, model, data, runtime):
   # The round's own sample (the sampler is a pure function of seed and round).
   choose = ((lambda round_num: data.client_ids) if config.eval.federated_clients == "all"
             else (lambda round_num: sampler.sample(round_num, count)))
-  return make_client_evaluator(model, data.client_test, config.eval.batch_size, choose, runtime)
+  return make_client_evaluator(model, data.client_test, config.eval.batch_size, choose,
+                               as_function)
 
 
 def _training_data(config: ExperimentConfig) -> FederatedData:
@@ -106,37 +110,35 @@ def _task_model(config: ExperimentConfig, data: FederatedData) -> TaskModel:
   try:
     return build_task_model(config.model, data.input_shape, data.num_classes, config.seed,
                             x_dtype=data.test.x.dtype, label_shape=data.test.y.shape[1:],
-                            pad_label=data.pad_label, precision=config.runtime.precision)
+                            pad_label=data.pad_label, precision=runtime_of(config.runtime.name).precision(
+                                config.runtime.params))
   except ValueError as e:
     raise UserError(f"model.name: {e}") from None
 
 
-def _round_process(algorithm: FederatedAlgorithm, runtime,
-                   config: ExperimentConfig | None = None) -> tuple[Any, str | None]:
-  """The object whose `initialize`/`next` the loop calls, and a fallback notice.
+def _round_process(algorithm: FederatedAlgorithm,
+                   config: ExperimentConfig) -> tuple[Any, str | None]:
+  """What the configured runtime builds for `algorithm`, and a fallback notice.
 
-  `inprocess` and `ray` run the compiled round, client states included;
-  what it cannot run (no MapReduceForm, secure aggregation) falls back to
-  `local` with the notice.
+  A runtime that does not support the algorithm (e.g. no MapReduceForm,
+  secure aggregation on a compiled runtime) is replaced by `local`, with a
+  one-line notice naming the runtime and why.
 
   Raises:
-    UserError, RunFailed: `ray` could not reach its cluster or start its
-      workers (see `fedsim.runtime.cluster.ClusterProcess`).
+    UserError, RunFailed: the runtime could not start (e.g. `ray` could not
+      reach its cluster or start its workers).
   """
-  if runtime.name == "local":
-    return algorithm.process, None
-  from fedsim.runtime import inprocess
-  try:
-    compiled = inprocess.InProcessProcess(algorithm.process, runtime.device)
-  except inprocess.NotCompilable as e:
-    return algorithm.process, (f"runtime.name: {runtime.name} cannot run this algorithm"
-                               f" ({e}); using local")
-  if runtime.name == "inprocess":
-    return compiled, None
-  from fedsim.experiment.config.loader import plain
-  from fedsim.runtime import cluster
-  build = functools.partial(cluster_worker, plain(config), runtime.device)
-  return cluster.ClusterProcess(compiled, build, cluster.ClusterSpec.of(runtime)), None
+  runtime, params = runtime_of(config.runtime.name), config.runtime.params
+  context = RuntimeContext(worker_builder=functools.partial(cluster_worker, plain(config)))
+  reason = runtime.supports(algorithm, params)
+  if reason is None:
+    try:
+      return runtime.build(algorithm, params, context), None
+    except Unsupported as e:
+      reason = str(e)
+  fallback = runtime_of("local")
+  return (fallback.build(algorithm, fallback.params(), context),
+          f"runtime.name: {config.runtime.name} cannot run this algorithm ({reason}); using local")
 
 
 def cluster_worker(plain_config: dict[str, Any], device: str):
@@ -146,7 +148,6 @@ def cluster_worker(plain_config: dict[str, Any], device: str):
     (the compiled round, an `InProcessProcess`; `pack(round_num, ids)`, the
     clients' lazily packed `RoundClients`, packed alike on every host).
   """
-  from fedsim.experiment.config.loader import parse_config
   from fedsim.plugins import load_plugins
   from fedsim.runtime import inprocess
   load_plugins(plain_config.get("plugins"), ".")
@@ -297,12 +298,14 @@ def client_batches(sim: Simulation, round_num: int, client_ids) -> dict[str, dic
   return {cid: pack_client(sim, round_num, cid) for cid in client_ids}
 
 
-def make_evaluator(model: TaskModel, data: FederatedData, batch_size: int, runtime=None):
+def make_evaluator(model: TaskModel, data: FederatedData, batch_size: int,
+                   as_function=None):
   """`weights -> {eval/loss, eval/accuracy}` on the held-out test set (server side).
 
-  Runs as a TFF computation on the same runtime as training: TFF's
-  functional Keras models only trace inside TFF computations or graphs.
-  The model runs in inference mode (`evaluate_predict`: dropout off).
+  A TFF computation (TFF's functional Keras models only trace inside TFF
+  computations or graphs), run where `as_function(computation)` puts it:
+  the runtime's `function` (None: TFF's worker). The model runs in inference
+  mode (`evaluate_predict`: dropout off).
   """
   import tensorflow_federated as tff
   size = min(batch_size, max(len(data.test), 1))
@@ -314,9 +317,8 @@ def make_evaluator(model: TaskModel, data: FederatedData, batch_size: int, runti
     return local_training.evaluate(model.evaluate_predict, model_weights.trainable, batches,
                                    model.pad_label)
 
-  if runtime is not None and runtime.name == "inprocess":
-    from fedsim.runtime import inprocess
-    stats = inprocess.tensorflow_function(stats, runtime.device)
+  if as_function is not None:
+    stats = as_function(stats)
 
   def evaluate(model_weights) -> dict[str, float]:
     # Means over targets: examples, or real tokens of sequences (token-weighted).

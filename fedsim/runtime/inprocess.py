@@ -41,19 +41,19 @@ _CHUNK_BYTES = 64 * 2**20
 _OVERLAP = 10
 
 
-def configure_threads(runtime) -> bool:
+def configure_threads(threads: str) -> bool:
   """Sets TensorFlow's CPU thread pools for `runtime.threads`, if TF has not started.
 
   'clients': each op on one thread, as many ops at once as there are cores:
   a batch's small ops do not scale across cores, but clients train side by
   side (W2 1.3-1.6x, W1 ~1.4x faster rounds on 2 cores, see bench/).
-  'tensorflow' (or another runtime than inprocess/ray) keeps TF's defaults.
+  'tensorflow' keeps TF's defaults.
 
   Returns:
     True when the pools were set; False when left alone, or when TensorFlow
     already runs in this process (its pools are fixed then, e.g. in tests).
   """
-  if runtime.name not in ("inprocess", "ray") or runtime.threads != "clients":
+  if threads != "clients":
     return False
   try:
     tf.config.threading.set_intra_op_parallelism_threads(1)

@@ -87,15 +87,17 @@ RAY = dict(BASE, runtime={"name": "ray", "workers": 4, "precision": "bfloat16"})
 @pytest.mark.parametrize("item,runtime", [
     # Another name: the section becomes that entry at its defaults (workers and
     # precision were set for ray); `--set runtime.name=inprocess` does the same.
-    ("runtime=inprocess", ("inprocess", 2, "float32")),
-    ("runtime.name=inprocess", ("inprocess", 2, "float32")),
+    # (inprocess has no workers key: None).
+    ("runtime=inprocess", ("inprocess", None, "float32")),
+    ("runtime.name=inprocess", ("inprocess", None, "float32")),
     # The same name changes nothing; later items lay keys over the new entry.
     ("runtime=ray", ("ray", 4, "bfloat16")),
-    ("runtime=inprocess --set runtime.precision=bfloat16", ("inprocess", 2, "bfloat16")),
+    ("runtime=inprocess --set runtime.precision=bfloat16", ("inprocess", None, "bfloat16")),
 ])
 def test_set_section_equals_name(item, runtime):
   config, _ = load_config(RAY, item.split(" --set "))
-  assert (config.runtime.name, config.runtime.workers, config.runtime.precision) == runtime
+  params = config.runtime.params
+  assert (config.runtime.name, getattr(params, "workers", None), params.precision) == runtime
 
 
 @pytest.mark.parametrize("item,name", [

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
 from fedsim.config.typed import Component
 from fedsim.data.federated import Examples, FederatedData, with_holdout
-from fedsim.experiment.config.schema import RuntimeConfig
+from fedsim.runtime.builtin import CompiledParams
+from fedsim.runtime.registry import runtime_of
 from fedsim.models import MODELS
 
 DIM, CLASSES = 4, 3
@@ -39,7 +42,8 @@ def _numpy_metrics(w, b, clients, ids):
           "eval_clients/num_clients": len(acc)}
 
 
-_INPROCESS = RuntimeConfig(name="inprocess", device="cpu")
+_INPROCESS = functools.partial(runtime_of("inprocess").function,
+                               params=CompiledParams(device="cpu"))
 
 
 # Batch size 2 splits clients over several batches; 256 is cut to the largest client's 8.
@@ -66,7 +70,7 @@ def test_client_metrics_match_numpy_per_client_accuracy(tff_runtime, runtime, ba
   clients = _clients()
   chosen = {1: ["a", "b", "d", "e"], 2: ["a", "b", "c", "d"]}
   evaluate = make_client_evaluator(model, clients, batch_size=batch_size, choose=chosen.get,
-                                   runtime=runtime)
+                                   as_function=runtime)
   for round_num, ids in chosen.items():
     got = evaluate(weights, round_num)
     want = _numpy_metrics(w, b, clients, ids)

@@ -14,6 +14,7 @@ from fedsim.data import DATASETS
 from fedsim.errors import UserError
 from fedsim.experiment.system import SystemConfig
 from fedsim.models import MODELS
+from fedsim.runtime.registry import RUNTIMES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,45 +27,6 @@ class EvalConfig:
   federated: bool = False
   federated_clients: Literal["sampled", "all"] = "sampled"
   holdout_fraction: float = bounded(0.2, gt=0, max=0.9)
-
-
-@dataclasses.dataclass(frozen=True)
-class RuntimeConfig:
-  # local: fedsim's own TFF C++ worker process. inprocess: the compiled round
-  # (MapReduceForm) run in this Python process's TensorFlow, GPU-capable.
-  # ray: inprocess's round with its clients split over Ray actors (fedsim/runtime/cluster/).
-  name: Literal["local", "inprocess", "ray"] = "local"
-  device: Literal["auto", "cpu", "gpu"] = "auto"  # inprocess/ray; auto = GPU if visible
-  # ray only. address: local (a private Ray instance fedsim starts and stops),
-  # auto (the cluster `ray start` made on this machine) or HOST:PORT.
-  address: str = bounded("local", used_with=("name", "ray"))
-  # Actors; each runs one contiguous chunk of every round's clients.
-  workers: int = bounded(2, min=1, used_with=("name", "ray"))
-  cpus_per_worker: float = bounded(1.0, gt=0, used_with=("name", "ray"))   # Ray's num_cpus
-  gpus_per_worker: float = bounded(0.0, min=0, used_with=("name", "ray"))  # Ray's num_gpus
-  # Seconds a round (or start-up) may wait for the actors before the run fails.
-  timeout_s: float = bounded(1800.0, gt=0, used_with=("name", "ray"))
-  # inprocess/ray. clients: each op on one thread, as many ops at once as
-  # cores, so clients train side by side (a batch's small ops do not scale
-  # across cores, clients do); tensorflow: TF's default pools. Set when a run
-  # starts TensorFlow; a process whose TF already runs keeps its pools. A ray
-  # actor sizes both to its cpus_per_worker instead of the machine's cores.
-  threads: Literal["clients", "tensorflow"] = bounded("clients",
-                                                      used_with=("name", "inprocess", "ray"))
-  # inprocess/ray. bfloat16: forward and backward passes in bfloat16 from
-  # float32 weights; weights, updates, optimizers and sizing stay float32.
-  precision: Literal["float32", "bfloat16"] = bounded(
-      "float32", used_with=("name", "inprocess", "ray"))
-  max_concurrent_computation_calls: int = -1  # TFF worker parallelism; -1 = unlimited
-  # Clients that keep state (error feedback, SCAFFOLD, EASGD, kept optimizer
-  # slots): MiB of their states held in memory; the least recently sampled
-  # beyond it are spilled to <run_dir>/client_states (0: all on disk).
-  client_state_memory_mb: int = bounded(1024, min=0)
-
-  def check(self, key: str) -> None:
-    if self.name == "ray":
-      from fedsim.runtime.cluster import check_address  # TF-free
-      check_address(self.address)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +52,9 @@ class ExperimentConfig:
   backup_clients: int = bounded(0, min=0)
   system: SystemConfig = dataclasses.field(default_factory=SystemConfig)
   eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
-  runtime: RuntimeConfig = dataclasses.field(default_factory=RuntimeConfig)
+  # Which runtime runs the rounds, with its own keys (fedsim/runtime/registry.py;
+  # `fedsim list runtime`).
+  runtime: Component = component(RUNTIMES, {"name": "local"})
   checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
   # Ordered stages per direction (see fedsim/aggregation); `compression` is
   # the shorthand for an `encode` stage at the end of each.

@@ -23,7 +23,7 @@ class ClusterSpec:
 
   @classmethod
   def of(cls, runtime) -> "ClusterSpec":
-    """The spec of a validated `RuntimeConfig`."""
+    """The spec of validated `ray` runtime parameters (fedsim.runtime.builtin.RayParams)."""
     return cls(address=runtime.address, workers=runtime.workers,
                cpus_per_worker=runtime.cpus_per_worker,
                gpus_per_worker=runtime.gpus_per_worker, device=runtime.device,

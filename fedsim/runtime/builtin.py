@@ -1,0 +1,143 @@
+"""fedsim's own runtimes, registered as a plugin's would be: `local`, `inprocess`, `ray`, `auto`.
+
+`auto` (the default) runs the compiled round in this process (`inprocess`)
+whenever that runtime supports the algorithm, else TFF's worker (`local`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from typing import Any, Literal
+
+from fedsim.config.typed import bounded
+from fedsim.runtime.registry import (Runtime, RuntimeContext, RuntimeParams, Unsupported,
+                                     register_runtime)
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledParams(RuntimeParams):
+  """Keys of the runtimes that run the compiled round in TensorFlow."""
+
+  device: Literal["auto", "cpu", "gpu"] = "auto"  # auto = a GPU if TensorFlow sees one
+  # clients: each op on one thread, as many ops at once as cores, so clients
+  # train side by side (a batch's small ops do not scale across cores, clients
+  # do); tensorflow: TF's default pools. Set when a run starts TensorFlow; a
+  # process whose TF already runs keeps its pools. A ray actor sizes both to
+  # its cpus_per_worker instead of the machine's cores.
+  threads: Literal["clients", "tensorflow"] = "clients"
+  # bfloat16: forward and backward passes in bfloat16 from float32 weights;
+  # weights, updates, optimizers and sizing stay float32.
+  precision: Literal["float32", "bfloat16"] = "float32"
+
+
+@dataclasses.dataclass(frozen=True)
+class RayParams(CompiledParams):
+  # local (a private Ray instance fedsim starts and stops), auto (the cluster
+  # `ray start` made on this machine) or HOST:PORT.
+  address: str = "local"
+  workers: int = bounded(2, min=1)  # actors; each runs one contiguous chunk of every round's clients
+  cpus_per_worker: float = bounded(1.0, gt=0)   # Ray's num_cpus
+  gpus_per_worker: float = bounded(0.0, min=0)  # Ray's num_gpus
+  # Seconds a round (or start-up) may wait for the actors before the run fails.
+  timeout_s: float = bounded(1800.0, gt=0)
+
+  def check(self, key: str) -> None:
+    from fedsim.runtime.cluster.address import check_address  # TF-free
+    check_address(self.address)
+
+
+class Local(Runtime):
+  """TFF's own C++ runtime, in a worker process fedsim owns (runs any TFF process)."""
+
+  params = RuntimeParams
+
+  def build(self, algorithm, params, context):
+    return algorithm.process
+
+
+# Compiled rounds by process: `supports` compiles, `build` reuses it.
+_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+class InProcess(Runtime):
+  """The round's MapReduceForm compiled into this process's TensorFlow (CPU or GPU)."""
+
+  params = CompiledParams
+
+  def supports(self, algorithm, params) -> str | None:
+    try:
+      self._compiled(algorithm, params)
+    except Unsupported as e:
+      return str(e)
+    return None
+
+  def build(self, algorithm, params, context):
+    return self._compiled(algorithm, params)
+
+  def _compiled(self, algorithm, params):
+    from fedsim.runtime import inprocess
+    key = algorithm.process
+    device = inprocess.select_device(params.device)  # UserError for a missing GPU
+    found = _COMPILED.get(key)
+    if found is None or found[0] != device:
+      try:
+        found = (device, inprocess.InProcessProcess(algorithm.process, params.device))
+      except inprocess.NotCompilable as e:
+        found = (device, Unsupported(str(e)))
+      _COMPILED[key] = found
+    if isinstance(found[1], Unsupported):
+      raise found[1]
+    return found[1]
+
+  def function(self, computation, params):
+    from fedsim.runtime import inprocess
+    return inprocess.tensorflow_function(computation, params.device)
+
+  def configure(self, params) -> bool:
+    from fedsim.runtime.inprocess import configure_threads
+    return configure_threads(params.threads)
+
+  def precision(self, params) -> str:
+    return params.precision
+
+  def device(self, params) -> str:
+    return params.device
+
+
+class Ray(InProcess):
+  """`inprocess`'s round with each round's clients split over Ray actors (a cluster or a private instance)."""
+
+  params = RayParams
+
+  def build(self, algorithm, params, context: RuntimeContext):
+    import functools
+    from fedsim.runtime import cluster
+    compiled = self._compiled(algorithm, params)
+    build = functools.partial(context.worker_builder, params.device)
+    return cluster.ClusterProcess(compiled, build, cluster.ClusterSpec.of(params))
+
+
+class Auto(InProcess):
+  """The fastest runtime here that runs the algorithm: inprocess, else local."""
+
+  def supports(self, algorithm, params) -> str | None:
+    return None
+
+  def build(self, algorithm, params, context):
+    try:
+      return self._compiled(algorithm, params)
+    except Unsupported:
+      return algorithm.process
+
+  def function(self, computation, params) -> Any:
+    try:
+      return super().function(computation, params)
+    except Exception:  # pylint: disable=broad-except  (not plain TensorFlow: TFF runs it)
+      return computation
+
+
+register_runtime("local", Local())
+register_runtime("inprocess", InProcess())
+register_runtime("ray", Ray())
+register_runtime("auto", Auto())
