@@ -96,6 +96,10 @@ def _parser() -> argparse.ArgumentParser:
   compare.add_argument("--budget", default=None, metavar="BITS",
                        help="also show each run's best eval accuracy among evaluations made"
                             " with at most this many bits sent both ways (e.g. 64Mibit, 5e6)")
+  compare.add_argument("--wide", action="store_true",
+                       help="every column in one table, however wide (by default a table"
+                            " fits 120 columns: entropy-coded totals are left out and the"
+                            " columns wrap into blocks)")
   compare.add_argument("experiment_dir", metavar="DIR",
                        help="experiment directory holding run directories, e.g. runs/<name>")
 
@@ -213,12 +217,13 @@ def _compare(args) -> int:
   from fedsim.reporting import compare
   from fedsim.reporting.units import parse_bits
   budget = parse_bits(args.budget) if args.budget is not None else None
+  width = None if args.wide else compare.WIDTH
   print(compare.format_comparison(compare.compare_runs(args.experiment_dir, args.target,
-                                                       budget)))
+                                                       budget), width))
   by_seed = compare.compare_seeds(args.experiment_dir)
   if any(len(row["seeds"]) > 1 for row in by_seed):
     print()
-    print(compare.format_seed_comparison(by_seed))
+    print(compare.format_seed_comparison(by_seed, width))
   print(f"plot: {compare.plot_accuracy_vs_rounds(args.experiment_dir)}")
   print(f"plot: {compare.plot_accuracy_vs_bits(args.experiment_dir)}")
   return 0

@@ -232,7 +232,7 @@ def test_target_columns_say_where_each_run_first_reached_the_accuracy(tmp_path):
   assert (fast_row["target_round"], fast_row["target_bits"], fast_row["target_seconds"]) == (
       2, 40_000, 3600.0)
   assert never_row["target_round"] is None and never_row["target_bits"] is None
-  header, line, missing = format_comparison([fast_row, never_row]).splitlines()[:3]
+  header, line, missing = format_comparison([fast_row, never_row], None).splitlines()[:3]
   assert header.endswith("round to target  bits to target  sim. hours to target")
   assert line.split()[-4:] == ["2", "39.1", "Kibit", "1"]
   assert missing.split()[-3:] == ["-", "-", "-"]
@@ -250,7 +250,7 @@ def test_budget_columns_hold_the_best_accuracy_evaluated_within_the_budget(tmp_p
   rows = compare_runs(root, budget=65_536)
   assert [(r["budget_accuracy"], r["budget_round"]) for r in rows] == [
       (0.92, 2), (0.9, 5), (None, None)]
-  header, dense, sparse, huge = format_comparison(rows).splitlines()[:4]
+  header, dense, sparse, huge = format_comparison(rows, None).splitlines()[:4]
   assert header.endswith("best acc. within 64 Kibit  at round")
   assert dense.split()[-2:] == ["0.9200", "2"]
   assert sparse.split()[-2:] == ["0.9000", "5"]
@@ -274,7 +274,7 @@ def test_entropy_columns_appear_when_a_run_recorded_entropy_bits(tmp_path):
   rows = compare_runs(root)
   assert [(r["broadcast_entropy_bits"], r["aggregate_entropy_bits"]) for r in rows] == [
       (2103, 900), (8192, 2048), (None, None)]
-  header, first, second, third = format_comparison(rows).splitlines()[:4]
+  header, first, second, third = format_comparison(rows, None).splitlines()[:4]
   assert "aggregate  broadcast entropy  aggregate entropy  broadcast ratio" in header
   assert "2.05 Kibit" in first and "900 bit" in first
   assert "8.00 Kibit" in second and "2.00 Kibit" in second
@@ -314,8 +314,41 @@ def test_overlapping_curves_differ_in_marker_and_line_style(tmp_path):
 def test_cli_budget_and_a_bad_budget(experiment, capsys):
   assert cli.main(["compare", "--budget", "8Kibit", str(experiment)]) == 0
   out = capsys.readouterr().out.splitlines()
-  assert out[0].endswith("best acc. within 8 Kibit  at round")
+  # The table is wider than 120 columns: the budget's two columns wrap into a block.
+  assert any(line.endswith("best acc. within 8 Kibit  at round") for line in out)
+  assert max(len(line) for line in out if not line.startswith("plot: ")) <= 120
   assert cli.main(["compare", "--budget", "lots", str(experiment)]) == 2
   assert capsys.readouterr().err == (
       "fedsim: error: --budget: expected a positive number of bits such as 5e6 or 64Mibit,"
       " got 'lots'\n")
+
+
+def test_the_table_fits_120_columns_unless_wide(tmp_path, capsys):
+  root = tmp_path / "wide"
+  names = ["uncompressed_float32_baseline", "uniform_8_bits_stochastic_rounding_seed_12"]
+  for i, name in enumerate(names):
+    rows = _rows((1000, 1000 // (i + 1)), [0.5, 0.92])
+    for row in rows:
+      row.update({"broadcast_entropy_bits": 900, "aggregate_entropy_bits": 400,
+                  "privacy/epsilon": 2.5, "simulated_seconds": 3600.0})
+    _write_run(root, name, rows, compression=UNIFORM8 if i else None, started=i,
+               status="completed" if i else "interrupted")
+  rows = compare_runs(root, target=0.9, budget=65_536)
+  wide = format_comparison(rows, width=None)
+  assert len(wide.splitlines()[0]) > 120 and "broadcast entropy" in wide.splitlines()[0]
+  text = format_comparison(rows)
+  assert max(map(len, text.splitlines())) <= 120
+  assert "entropy" not in text.split("\n\n")[0] + text.split("\n\n")[1].split("ratio:")[0]
+  assert text.splitlines()[-1].endswith("fedsim compare --wide shows every column")
+  # Every column but the entropy totals, in blocks that each start with the variant.
+  blocks = text.split("\n\n")
+  assert len(blocks) >= 2 and all(b.startswith("variant ") for b in blocks)
+  titles = " ".join(b.splitlines()[0] for b in blocks)
+  for title in ("status", "eval/accuracy", "broadcast ratio", "aggregate ratio", "epsilon",
+                "round to target", "sim. hours to target", "best acc. within 64 Kibit",
+                "at round"):
+    assert title in titles
+  for block in blocks:
+    assert [line.split()[0] for line in block.splitlines()[1:3]] == names
+  assert cli.main(["compare", str(root), "--target", "0.9", "--wide"]) == 0
+  assert "broadcast entropy" in capsys.readouterr().out
