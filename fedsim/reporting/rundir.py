@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import pathlib
+import shlex
 import threading
 import time
 from typing import Any, Mapping
@@ -185,6 +186,6 @@ def read_status(run_dir: str | os.PathLike) -> tuple[str, str]:
   writer = parse_writer(lines[-1])
   message = "\n".join(lines[:-1] if writer else lines).rstrip("\n")
   if status == "running" and writer is not None and writer.alive() is False:
-    return KILLED, (f"process {writer.pid} ended without recording why (killed?);"
-                      " --resume continues the run")
+    return KILLED, (f"process {writer.pid} ended without recording why (killed?); resume"
+                    f" with: {shlex.join(['fedsim', 'run', '--resume', str(run_dir)])}")
   return status, message

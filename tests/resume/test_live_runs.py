@@ -215,9 +215,9 @@ def test_a_run_killed_before_its_first_checkpoint_is_listed_killed_and_restarts(
   assert cli.main(["status", str(run_dir)]) == 0
   assert capsys.readouterr().out.splitlines() == [
       f"{run_dir}: killed, round {logged} of {ROUNDS}, no checkpoint: process {killed.pid}"
-      " ended without recording why (killed?); --resume continues the run"]
+      f" ended without recording why (killed?); resume with: fedsim run --resume {run_dir}"]
 
-  resumed = _fedsim(str(config), "--logdir", str(tmp_path / "runs"), "--resume", str(run_dir))
+  resumed = _fedsim("--resume", str(run_dir))  # as the status line says
   out, err = resumed.communicate(timeout=600)
   assert resumed.returncode == 0, err
   assert f"restarting {run_dir} from round 0 of {ROUNDS}" in out
