@@ -74,7 +74,9 @@ def _with_current_defaults(old: Mapping[str, Any]) -> Mapping[str, Any]:
   (which keep the old behaviour), so a run written by an older fedsim still
   resumes. Keys `old` has are compared as written; a config this fedsim no
   longer accepts is compared as it is, and its differences are reported."""
+  from fedsim.experiment.config.legacy import without_old_runtime_defaults
   from fedsim.experiment.config.loader import parse_config, plain
+  old = without_old_runtime_defaults(old)
   try:
     again = plain(parse_config(old))
   except (UserError, TypeError, ValueError):

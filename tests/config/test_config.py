@@ -130,3 +130,19 @@ def test_config_yaml_reads_back_as_written(path):
     again = plain(load_config(yaml.safe_load(yaml.safe_dump(written)))[0])
     again.pop("variants")
     assert again == written
+
+
+def test_a_run_directory_written_with_the_old_flat_runtime_section_still_parses():
+  """Before runtimes were a registry every config.yaml listed every runtime key;
+  those at the values every old run wrote are dropped, any other is refused."""
+  from fedsim.experiment.config.loader import parse_config
+  old = {"name": "local", "device": "auto", "address": "local", "workers": 2,
+         "cpus_per_worker": 1.0, "gpus_per_worker": 0.0, "timeout_s": 1800.0,
+         "threads": "clients", "precision": "float32", "max_concurrent_computation_calls": -1}
+  base = {"name": "old", "rounds": 1, "clients_per_round": 1,
+          "data": {"name": "digits", "num_clients": 4}, "model": {"name": "logistic"}}
+  config = parse_config({**base, "runtime": old})
+  assert config.runtime.name == "local"
+  assert parse_config({**base, "runtime": {**old, "name": "inprocess"}}).runtime.params.device == "auto"
+  with pytest.raises(UserError, match="^runtime.workers: unknown key"):
+    parse_config({**base, "runtime": {**old, "workers": 4}})

@@ -17,6 +17,7 @@ import yaml
 
 from fedsim.experiment.config import yaml_syntax
 from fedsim.experiment.config.merge import apply_overrides, deep_merge, override_paths, parse_set, without
+from fedsim.experiment.config.legacy import without_old_runtime_defaults
 from fedsim.experiment.config.schema import ExperimentConfig
 from fedsim.config.typed import parse_layered, to_plain
 from fedsim.errors import UserError
@@ -59,6 +60,7 @@ def _validated(raw: Mapping[str, Any],
   `set_paths` are the keys `--set` gave (see `typed.parse_layered`); every
   variant is validated too, laid over the result.
   """
+  raw = without_old_runtime_defaults(raw)
   config, dropped = parse_layered(ExperimentConfig, raw, set_paths)
   raw = without(raw, dropped)
   for name, override in config.variants.items():
