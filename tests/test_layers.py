@@ -12,8 +12,9 @@ import pathlib
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "fedsim"
 # Bottom to top, after STYLE.md's "Layers import downward".
 LAYERS = (
-    # Registries, typed config, errors, random streams, and the task and algorithm types.
-    {"fedsim.errors", "fedsim.registry", "fedsim.task", "fedsim.config", "fedsim.seeds"},
+    # Registries, typed config, errors, random streams, metric names, the task and algorithm types.
+    {"fedsim.errors", "fedsim.registry", "fedsim.task", "fedsim.config", "fedsim.seeds",
+     "fedsim.metric_names"},
     {"fedsim.data", "fedsim.models", "fedsim.compression", "fedsim.backend", "fedsim.plugins"},
     {"fedsim.aggregation", "fedsim.sizing"},  # stages over encoders; bits of a compiled round
     {"fedsim.learning"},  # client work, stages and composition

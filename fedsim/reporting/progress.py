@@ -7,7 +7,7 @@ from typing import Mapping
 
 import tqdm
 
-EVAL_ACCURACY = "eval/accuracy"
+from fedsim.metric_names import EVAL_ACCURACY
 
 
 class Progress:

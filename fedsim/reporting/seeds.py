@@ -16,6 +16,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from fedsim.metric_names import EVAL_ACCURACY, ROUND, bits_sent
+
 CONFIDENCE = 0.95
 # '<variant>-seed<N>' or, without variants, 'seed<N>'; '-<k>' marks a rerun.
 _SEED_NAME = re.compile(r"(?:^|-)seed\d+(?:-\d+)?$")
@@ -87,10 +89,8 @@ def curve(group: SeedGroup, x: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]
   """
   per_run = []
   for run in group.runs:
-    per_run.append({row["round"]: (row["eval/accuracy"],
-                                   row.get("cumulative_broadcast_bits", 0)
-                                   + row.get("cumulative_aggregate_bits", 0))
-                    for row in run.metrics if "eval/accuracy" in row})
+    per_run.append({row[ROUND]: (row[EVAL_ACCURACY], bits_sent(row))
+                    for row in run.metrics if EVAL_ACCURACY in row})
   rounds = sorted(set.intersection(*(set(p) for p in per_run))) if per_run else []
   xs, means, halves = [], [], []
   for r in rounds:

@@ -18,6 +18,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping, Sequence
 
+from fedsim.metric_names import CUMULATIVE_AGGREGATE_BITS, CUMULATIVE_BROADCAST_BITS
+
 
 @dataclasses.dataclass(frozen=True)
 class ClientWireBits:
@@ -124,8 +126,8 @@ class SizeInfo:
         "late_upload_bits": late,
         "broadcast_entropy_bits": broadcast_entropy,
         "aggregate_entropy_bits": aggregate_entropy,
-        "cumulative_broadcast_bits": self.broadcast_bits,
-        "cumulative_aggregate_bits": self.aggregate_bits,
+        CUMULATIVE_BROADCAST_BITS: self.broadcast_bits,
+        CUMULATIVE_AGGREGATE_BITS: self.aggregate_bits,
         "cumulative_broadcast_entropy_bits": sum(self.broadcast_entropy_history),
         "cumulative_aggregate_entropy_bits": sum(self.aggregate_entropy_history),
         "broadcast_bits_per_client": per.broadcast,
