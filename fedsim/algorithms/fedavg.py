@@ -13,10 +13,6 @@ workers keep their optimizer slots across averaging intervals: each client
 keeps its optimizer state (momentum, Adam's moments and step) across the
 rounds it takes part in, on disk as client state. `reset` (the default, as
 McMahan et al. and TFF) starts the client optimizer fresh every round.
-
-An aggregation `encode` stage with `error_feedback: true` makes every client
-keep what the encoder dropped and add it to its next update (Seide et al.
-2014; Karimireddy et al. 2019), on disk as client state too.
 """
 
 from __future__ import annotations
@@ -53,16 +49,14 @@ def build_model_averaging(params: FedAvgParams, task: Task,
                           extra_gradient=None) -> FederatedAlgorithm:
   """FedAvg's composition; `extra_gradient(received weights) -> (weights ->
   gradient)` adds a term to the clients' local objective (FedProx)."""
-  from fedsim.compression.error_feedback import upload_feedback
-  from fedsim.learning import client_work, stages
-  feedback = upload_feedback(task.aggregation)
-  work = client_work.model_delta_client_work(
+  from fedsim.learning import stages
+  from fedsim.learning.model_delta import model_delta_client_work
+  work = model_delta_client_work(
       task, build_optimizer(params.client_optimizer),
       uniform_weighting=params.client_weighting == "uniform",
       accumulation=params.gradient_accumulation.for_training(),
       keep_optimizer_state=params.client_optimizer_state == "keep",
-      extra_gradient=extra_gradient,
-      error_feedback=(feedback, task.seed) if feedback is not None else None)
+      extra_gradient=extra_gradient)
   return stages.compose_model_update_algorithm(
       task, work,
       server_optimizer=build_optimizer(params.server_optimizer),

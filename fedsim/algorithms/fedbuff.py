@@ -78,16 +78,19 @@ def build_fedbuff(params: FedBuffParams, task: Task) -> FederatedAlgorithm:
   if params.client_weighting == "num_examples" and params.normalize == "buffer_size":
     raise UserError("algorithm.client_weighting: num_examples needs normalize: total_weight"
                     " (normalize: buffer_size divides by K, as FedBuff does)")
-  from fedsim.learning import buffered, client_work, stages
+  from fedsim.learning import buffered, stages
+  from fedsim.learning.model_delta import model_delta_client_work
   import tensorflow_federated as tff
-  work = client_work.model_delta_client_work(
+  work = model_delta_client_work(
       task, build_optimizer(params.client_optimizer),
       uniform_weighting=params.client_weighting == "uniform")
   server_optimizer = build_optimizer(params.server_optimizer)
   kind = params.aggregation_kind()
   plan = ClientPlan(epochs=task.epochs, steps=params.local_steps)
   # The synchronous round of the same stages: what one client downloads and uploads.
-  sync = stages.compose_model_update_algorithm(task, work, server_optimizer, kind, plan)
+  # Buffered rounds run the stateless `work.client_fn`: its clients keep no state.
+  sync = stages.compose_model_update_algorithm(task, work, server_optimizer, kind, plan,
+                                               keeps_client_state=False)
   weight_of = STALENESS.get(params.staleness.name).build
   staleness_params = params.staleness.params
 

@@ -8,9 +8,7 @@ optimizer step:
     g = sum_i n_i g_i / sum_i n_i,    w <- ServerOpt(w, g).
 With example weighting this is one step of centralized SGD on the union of the
 clients' batches. Updates of clients that finish late are dropped (backup
-clients), which is how synchronous replicas discard stale gradients. An aggregation
-`encode` stage with `error_feedback: true` makes each client keep what the
-encoder dropped of its gradient and add it to the next one (Seide et al. 2014).
+clients), which is how synchronous replicas discard stale gradients.
 """
 
 from __future__ import annotations
@@ -38,7 +36,6 @@ def build_fedsgd(params: FedSgdParams, task: Task) -> FederatedAlgorithm:
   """Federated SGD: clients send gradients, the server averages and applies them."""
   import tensorflow as tf
 
-  from fedsim.compression.error_feedback import upload_feedback
   from fedsim.learning import client_work, local_training, stages
 
   predict = task.model.predict
@@ -50,12 +47,10 @@ def build_fedsgd(params: FedSgdParams, task: Task) -> FederatedAlgorithm:
     weight = tf.constant(1.0) if uniform else stats.num_examples
     return grads, weight, stats
 
-  feedback = upload_feedback(task.aggregation)
-  if feedback is not None:   # each client keeps what the encoder dropped of its gradients
-    work = client_work.error_feedback_client_work(task, update_fn, uniform, (feedback, task.seed))
-  else:
-    work = client_work.build_client_work(
-        task.model.weights_type, task.model.client_data_type(task.batch_size), update_fn)
+  # A gradient is the model change of one SGD step at rate 1, in the weights' units.
+  work = client_work.build_client_work(
+      task.model.weights_type, task.model.client_data_type(task.batch_size), update_fn,
+      model_delta=True)
   return stages.compose_model_update_algorithm(
       task, work,
       server_optimizer=build_optimizer(params.server_optimizer),

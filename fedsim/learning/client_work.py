@@ -30,6 +30,17 @@ class ClientWork(NamedTuple):
   # finalizer, for loops that run clients one at a time (fedbuff).
   client_fn: Any = None
   finalize_metrics: Any = None
+  # The per-client rule the work was built from (TensorFlow): `(weights,
+  # batches[, client_state[, shared value]]) -> (update, update_weight, stats[,
+  # new_client_state[, contribution]])`, and the shared value's rule, so that a
+  # wrapper can rebuild the work around it (`fedsim.learning.error_feedback`).
+  client_update: Callable | None = None
+  shared: SharedState | None = None
+  # The update is a change of the received trainable weights that the server
+  # applies (received - trained, or a gradient: one unit-rate step's change),
+  # one tensor per trainable weight, and nothing else: an encoder's loss on it
+  # can be carried over to the client's next update.
+  model_delta: bool = False
 
 
 def _is_sequence(data_type) -> bool:
@@ -70,12 +81,13 @@ def _stats_dict(stats, sequence: bool):
   return out
 
 
-def build_client_work(weights_type, data_type, client_update: Callable) -> ClientWork:
+def build_client_work(weights_type, data_type, client_update: Callable,
+                      model_delta: bool = False) -> ClientWork:
   """Wraps `client_update(model_weights, batches) -> (update, update_weight, stats)`.
 
   `stats` is a `BatchStats`; the server receives its sum over clients as
   `train/loss`, `train/accuracy` (per target: example or token) and
-  `train/num_examples`.
+  `train/num_examples`. `model_delta`: see `ClientWork.model_delta`.
   """
 
   @tff.tensorflow.computation(weights_type, data_type)
@@ -102,7 +114,8 @@ def build_client_work(weights_type, data_type, client_update: Callable) -> Clien
   process = tff.templates.MeasuredProcess(init_fn, next_fn, next_is_multi_arg=True)
   result_type = client_fn.type_signature.result
   return ClientWork(process, result_type[1], result_type[0].update_weight,
-                    client_fn=client_fn, finalize_metrics=finalize)
+                    client_fn=client_fn, finalize_metrics=finalize,
+                    client_update=client_update, model_delta=model_delta)
 
 
 class SharedState(NamedTuple):
@@ -117,7 +130,8 @@ class SharedState(NamedTuple):
 def build_stateful_client_work(weights_type, data_type, initial_client_state,
                                client_update: Callable,
                                shared: SharedState | None = None,
-                               extra_metrics: tuple[str, Callable] | None = None) -> ClientWork:
+                               extra_metrics: tuple[str, Callable] | None = None,
+                               model_delta: bool = False) -> ClientWork:
   """Client work whose clients keep state between the rounds they take part in.
 
   `client_update(model_weights, batches, client_state) -> (update,
@@ -130,6 +144,7 @@ def build_stateful_client_work(weights_type, data_type, initial_client_state,
   With `extra_metrics = (name, finalize)`, `stats` is a pair (BatchStats, a
   dict of per-client values); their sums over clients go through `finalize`
   (TensorFlow, dict -> dict) into the measurements under `name`.
+  `model_delta`: see `ClientWork.model_delta`.
   """
   def type_of(structure):
     return tff.types.tensorflow_to_type(tf.nest.map_structure(
@@ -204,112 +219,8 @@ def build_stateful_client_work(weights_type, data_type, initial_client_state,
   process = tff.templates.MeasuredProcess(init_fn, next_fn, next_is_multi_arg=True)
   result_type = client_fn.type_signature.result
   return ClientWork(process, result_type[1], result_type[0][0].update_weight,
-                    state_type, initial_client_state)
-
-
-def model_delta_client_work(task, optimizer, uniform_weighting: bool, accumulation=None,
-                            keep_optimizer_state: bool = False,
-                            extra_gradient: Callable | None = None,
-                            error_feedback=None) -> ClientWork:
-  """Client work that trains locally and sends `received - trained` weights.
-
-  Args:
-    task: the `Task` (model, batch size).
-    optimizer: the client's `tff.learning.optimizers.Optimizer`.
-    uniform_weighting: every client weighs 1 instead of its examples.
-    accumulation: a `local_training.Accumulation` (None: one batch a step).
-    keep_optimizer_state: each client keeps its optimizer state (momentum,
-      Adam's moments and step) across the rounds it takes part in, as coMind's
-      FedAvg workers keep their optimizer slots; False starts it fresh.
-    extra_gradient: `received weights -> (weights -> gradient)`, a term added
-      to every batch gradient (FedProx's proximal pull), or None.
-    error_feedback: `(DirectionSpec, run seed)` of the aggregation's encode
-      stage when it has `error_feedback: true`: each client keeps what the
-      encoder drops as a residual, adds it to its next update, and reports the
-      mean residual L2 norm as `error_feedback/residual_norm`; or None.
-
-  Returns:
-    The ClientWork; stateful (client state on disk) when optimizer state is
-    kept, accumulation carries a partial window over, or error feedback keeps
-    residuals.
-  """
-  from fedsim.compression import error_feedback as ef
-  from fedsim.learning import local_training
-  from fedsim.learning.optimizers import state_as_arrays, stored_or_initial
-  accumulation = accumulation or local_training.Accumulation()
-  predict = task.model.predict
-  trainable = task.model.initial_weights.trainable
-  specs = tuple(tf.TensorSpec(w.shape, w.dtype) for w in trainable)
-  data_type = task.model.client_data_type(task.batch_size)
-
-  def train(model_weights, batches, optimizer_state, window):
-    received = tuple(model_weights.trainable)
-    result = local_training.train(
-        predict, optimizer, received, optimizer_state, batches, accumulation,
-        extra_gradient(received) if extra_gradient is not None else None,
-        task.model.pad_label, window)
-    delta = tuple(r - t for r, t in zip(received, result.weights))
-    weight = tf.constant(1.0) if uniform_weighting else result.stats.num_examples
-    return delta, weight, result
-
-  if not (keep_optimizer_state or accumulation.carry or error_feedback):
-    def update_fn(model_weights, batches):
-      delta, weight, result = train(model_weights, batches, optimizer.initialize(specs), None)
-      return delta, weight, result.stats
-    return build_client_work(task.model.weights_type, data_type, update_fn)
-
-  initial = collections.OrderedDict(initialized=np.float32(0.0))
-  if keep_optimizer_state:
-    initial["optimizer_state"] = state_as_arrays(optimizer, specs)
-  if accumulation.carry:
-    initial["window"] = empty_window_arrays(trainable)
-  if error_feedback:
-    initial["residual"] = tuple(np.zeros_like(w) for w in trainable)
-
-  def stateful_update_fn(model_weights, batches, client_state):
-    fresh = tf.nest.map_structure(tf.convert_to_tensor, optimizer.initialize(specs))
-    optimizer_state = (stored_or_initial(client_state["initialized"] > 0,
-                                         client_state["optimizer_state"], fresh)
-                       if keep_optimizer_state else fresh)
-    window = client_state["window"] if accumulation.carry else None
-    delta, weight, result = train(model_weights, batches, optimizer_state, window)
-    new_state = collections.OrderedDict(initialized=tf.constant(1.0))
-    if keep_optimizer_state:
-      new_state["optimizer_state"] = result.optimizer_state
-    if accumulation.carry:
-      new_state["window"] = window_state(result.window)
-    if not error_feedback:
-      return delta, weight, result.stats, new_state
-    spec, seed = error_feedback
-    sent, new_state["residual"] = ef.weighted_feedback_step(
-        delta, client_state["residual"], weight, spec, seed, weighted=not uniform_weighting)
-    return sent, weight, (result.stats, ef.residual_sums(new_state["residual"])), new_state
-
-  return build_stateful_client_work(
-      task.model.weights_type, data_type, initial, stateful_update_fn,
-      extra_metrics=("error_feedback", ef.finalize_sums) if error_feedback else None)
-
-
-def error_feedback_client_work(task, update_fn: Callable, uniform_weighting: bool,
-                               error_feedback) -> ClientWork:
-  """Stateless client work `update_fn(model_weights, batches) -> (update,
-  update_weight, stats)` made to keep an error-feedback residual per client
-  (see `model_delta_client_work`'s `error_feedback`)."""
-  from fedsim.compression import error_feedback as ef
-  spec, seed = error_feedback
-  initial = collections.OrderedDict(residual=tuple(
-      np.zeros_like(w) for w in task.model.initial_weights.trainable))
-
-  def stateful_update_fn(model_weights, batches, client_state):
-    update, weight, stats = update_fn(model_weights, batches)
-    sent, residual = ef.weighted_feedback_step(
-        update, client_state["residual"], weight, spec, seed, weighted=not uniform_weighting)
-    return (sent, weight, (stats, ef.residual_sums(residual)),
-            collections.OrderedDict(residual=residual))
-
-  return build_stateful_client_work(
-      task.model.weights_type, task.model.client_data_type(task.batch_size), initial,
-      stateful_update_fn, extra_metrics=("error_feedback", ef.finalize_sums))
+                    state_type, initial_client_state, client_update=client_update,
+                    shared=shared, model_delta=model_delta)
 
 
 def empty_window_arrays(trainable) -> collections.OrderedDict:

@@ -12,7 +12,7 @@ import tensorflow_federated as tff
 
 from fedsim.aggregation.chain import build_broadcast, build_chain
 from fedsim.errors import UserError
-from fedsim.learning import client_work, composer
+from fedsim.learning import client_work, composer, error_feedback
 from fedsim.task import FederatedAlgorithm
 
 
@@ -54,15 +54,22 @@ def update_aggregator(task, update_type, aggregation: str):
 
 
 def compose_model_update_algorithm(task, work: client_work.ClientWork, server_optimizer,
-                                   aggregation: str, client_plan) -> FederatedAlgorithm:
+                                   aggregation: str, client_plan,
+                                   keeps_client_state: bool = True) -> FederatedAlgorithm:
   """distributor -> `work` -> aggregated updates -> server optimizer step.
 
   `aggregation`: 'weighted_mean' (by the clients' update weights), 'mean' or
-  'sum' of the client updates.
+  'sum' of the client updates. Per-client memory the config asks for wraps
+  `work` here, outside the algorithm (`error_feedback.apply_upload_feedback`);
+  `keeps_client_state=False` says the algorithm's schedule runs its clients
+  without state (FedBuff), so such a config is refused.
+
+  Raises:
+    UserError: the config asks `work`'s clients for memory they cannot keep.
   """
+  work = error_feedback.apply_upload_feedback(task, work, aggregation, keeps_client_state)
   result_type = work.process.next.type_signature.result.result.member
   update_type = (result_type[0] if work.client_state_type is not None else result_type).update
-  _check_error_feedback(task, work)
   aggregator, plan = update_aggregator(task, update_type, aggregation)
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
       server_optimizer, task.model.weights_type)
@@ -74,19 +81,6 @@ def compose_model_update_algorithm(task, work: client_work.ClientWork, server_op
                             sizing_process=composer.sizing_view(process),
                             initial_client_state=work.initial_client_state,
                             aggregation_plan=plan)
-
-
-def _check_error_feedback(task, work: client_work.ClientWork) -> None:
-  """An encode stage's `error_feedback` needs client work that keeps residuals
-  (it reports `error_feedback` measurements); others would silently ignore it."""
-  from fedsim.compression.error_feedback import upload_feedback
-  if upload_feedback(task.aggregation) is None:
-    return
-  measurements = work.process.next.type_signature.result.measurements.member
-  if "error_feedback" not in tff.structure.name_list(measurements):
-    index = next(i for i, s in enumerate(task.aggregation) if s.name == "encode")
-    raise UserError(f"aggregation[{index}].error_feedback: this algorithm's clients do not"
-                    " keep residuals (fedavg, fedprox and fedsgd do)")
 
 
 def _drop_weight(unweighted: tff.templates.AggregationProcess) -> tff.templates.AggregationProcess:

@@ -102,7 +102,7 @@ def test_top_k_residuals_match_numpy_over_three_rounds_with_an_absent_client():
   assert np.count_nonzero(residual[2]) == N - K
 
 
-@pytest.mark.parametrize("name", ["easgd", "scaffold"])
+@pytest.mark.parametrize("name", ["easgd", "fedbuff", "scaffold"])
 def test_algorithms_without_residuals_refuse_error_feedback(name):
   from fedsim.errors import UserError
   from tests.learning import builders
