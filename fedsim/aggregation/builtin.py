@@ -34,6 +34,8 @@ class EncodeParams:
   threshold: int | None = None  # instead: only tensors with MORE elements (TFF's rule)
   # Clients (upload) or the server (broadcast) keep what the encoder dropped and resend it.
   error_feedback: bool = False
+  # huffman: the packed symbols are Huffman-coded and counted at the code's size.
+  lossless: str = "none"
 
 
 @register_aggregation_stage("encode", EncodeParams, role=SUM, parser=_parse_encode)

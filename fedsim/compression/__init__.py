@@ -139,6 +139,9 @@ class DirectionSpec:
   # update (see `fedsim.compression.error_feedback`); broadcast: the server
   # does (see `fedsim.compression.broadcast`).
   error_feedback: bool = False
+  # "huffman": the packed symbols are sent as their Huffman code, and counted
+  # at its size (see `fedsim.compression.lossless`).
+  lossless: Literal["none", "huffman"] = "none"
 
   def encodes(self, num_elements: int) -> bool:
     """True if a float tensor of `num_elements` elements gets the encoder."""
@@ -151,6 +154,8 @@ class DirectionSpec:
     rule = ({"threshold": self.threshold} if self.threshold is not None
             else {"min_elements": self.min_elements})
     feedback = {"error_feedback": True} if self.error_feedback else {}
+    if self.lossless != "none":
+      feedback["lossless"] = self.lossless
     return {"encoder": self.encoder.name, **rule, **feedback,
             **dataclasses.asdict(self.encoder.params)}
 
@@ -175,7 +180,7 @@ def _require_mapping(data: Any, key: str) -> Mapping[str, Any]:
 
 def parse_direction(data: Any, key: str) -> DirectionSpec:
   """Parses `{encoder: NAME, min_elements: N | threshold: N, error_feedback: BOOL,
-  **encoder params}` (or `NAME`).
+  lossless: none | huffman, **encoder params}` (or `NAME`).
 
   Returns:
     The DirectionSpec.
@@ -193,7 +198,7 @@ def parse_direction(data: Any, key: str) -> DirectionSpec:
                     f" (one of: {', '.join(ENCODERS.names())})")
   entry = ENCODERS.get(data["encoder"], f"{key}.encoder")
   own = {f.name for f in dataclasses.fields(entry.params)}
-  valid = own | {"encoder", "min_elements", "threshold", "error_feedback"}
+  valid = own | {"encoder", "min_elements", "threshold", "error_feedback", "lossless"}
   for name in data:
     if name not in valid:
       raise UserError(f"{key}.{name}: unknown key for encoder '{entry.name}'"
@@ -204,11 +209,14 @@ def parse_direction(data: Any, key: str) -> DirectionSpec:
   feedback = data.get("error_feedback", False)
   if not isinstance(feedback, bool):
     raise UserError(f"{key}.error_feedback: expected true or false, got {feedback!r:.40}")
+  lossless = data.get("lossless", "none")
+  if lossless not in ("none", "huffman"):
+    raise UserError(f"{key}.lossless: expected none or huffman, got {lossless!r:.40}")
   if rule.threshold is not None:
-    return DirectionSpec(Component(entry.name, params), None, rule.threshold, feedback)
+    return DirectionSpec(Component(entry.name, params), None, rule.threshold, feedback, lossless)
   return DirectionSpec(Component(entry.name, params),
                        DEFAULT_MIN_ELEMENTS if rule.min_elements is None else rule.min_elements,
-                       error_feedback=feedback)
+                       error_feedback=feedback, lossless=lossless)
 
 
 def parse_compression(data: Any, key: str = "compression") -> CompressionSpec:

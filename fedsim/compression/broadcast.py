@@ -68,7 +68,8 @@ def build_encoded_broadcast(
     with te_api.noise_key(seed, index):
       encoder = encoder_for(tensor_spec, spec)
     encoders.append(te_api.simple_encoder(encoder, tensor_spec))
-    meters.append(wire_meter.WireMeter.of(encoder, tensor_spec))
+    meters.append(wire_meter.WireMeter.of(encoder, tensor_spec,
+                                          spec is not None and spec.lossless == "huffman"))
 
   feedback = spec is not None and spec.error_feedback
 
@@ -93,9 +94,7 @@ def build_encoded_broadcast(
       flat = [x + r for x, r in zip(flat, state["residual"])]
     with te_api.noise_round(state["round"]):
       pairs = [e.encode(x, s) for e, x, s in zip(encoders, flat, state["encoders"])]
-    wire = wire_meter.zeros()
-    for meter, (encoded, _) in zip(meters, pairs):
-      wire = wire_meter.add(wire, meter.measure(encoded))
+    wire = wire_meter.measure_value(meters, [p[0] for p in pairs])
     new_state = {"encoders": [tuple(p[1]) for p in pairs], "round": state["round"] + 1}
     measurements = {"wire": wire}
     if feedback:

@@ -52,20 +52,24 @@ class EncodedSumFactory(tff.aggregators.UnweightedAggregationFactory):
   tensor of `spec` at flat (`tf.nest`) `index` of the value. The process's
   state is `{'encoders': the encoders' states, 'round': rounds run}`; its
   measurements are `{'wire': {KEYS}}` (see `wire_meter`), summed over the
-  aggregated clients. `round_noise`: clients fold the round into their noise
-  (off for error feedback, whose clients re-encode without knowing it).
+  aggregated clients (`max_client_bits`: the largest client's). `round_noise`:
+  clients fold the round into their noise (off for error feedback, whose
+  clients re-encode without knowing it). `lossless`: the packed symbols are
+  counted at their Huffman code's size (`wire_meter`'s `coded_bits`).
   """
 
-  def __init__(self, encoder_fn: Callable[[tf.TensorSpec, int], Any], round_noise: bool = True):
+  def __init__(self, encoder_fn: Callable[[tf.TensorSpec, int], Any], round_noise: bool = True,
+               lossless: bool = False):
     self._encoder_fn = encoder_fn
     self._round_noise = round_noise
+    self._lossless = lossless
 
   def create(self, value_type) -> tff.templates.AggregationProcess:
     specs = tff.types.type_to_tf_tensor_specs(value_type)
     flat_specs = tf.nest.flatten(specs)
     built = [self._encoder_fn(s, i) for i, s in enumerate(flat_specs)]
     encoders = [te_api.gather_encoder(e, s) for e, s in zip(built, flat_specs)]
-    meters = [wire_meter.WireMeter.of(e, s) for e, s in zip(built, flat_specs)]
+    meters = [wire_meter.WireMeter.of(e, s, self._lossless) for e, s in zip(built, flat_specs)]
     combiners = _state_combiners(encoders)
     round_noise = self._round_noise
 
@@ -132,9 +136,7 @@ class EncodedSumFactory(tff.aggregators.UnweightedAggregationFactory):
     @tff.tensorflow.computation(acc_type, encoded_type)
     def accumulate(acc, client):
       encoded, params, updates = client
-      wire = acc["wire"]
-      for meter, value in zip(meters, encoded):
-        wire = wire_meter.add(wire, meter.measure(value))
+      wire = wire_meter.add(acc["wire"], wire_meter.measure_value(meters, encoded))
       values = tf.nest.map_structure(tf.add, acc["values"], decode_before_sum(encoded, params))
       return accumulator(values, acc["count"] + 1, combine_updates(acc["updates"], updates),
                          wire)

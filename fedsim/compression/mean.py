@@ -56,4 +56,5 @@ def build_encoded_sum(spec: DirectionSpec | None,
       return encoder_for(tensor_spec, spec)
 
   # Error feedback's clients re-encode their value without knowing the round.
-  return EncodedSumFactory(encoder_at, round_noise=not spec.error_feedback)
+  return EncodedSumFactory(encoder_at, round_noise=not spec.error_feedback,
+                           lossless=spec.lossless == "huffman")

@@ -12,7 +12,14 @@ bits (int64):
   bits, so never above `packed_bits`;
 - `variable_bits`: the tensors whose shape depends on the values (e.g.
   threshold sparsification), their actual elements x dtype bits; static
-  sizing of the compiled round cannot see these.
+  sizing of the compiled round cannot see these;
+- `coded_bits`: what is sent for the packed symbols: `packed_bits`, or with
+  the lossless stage (`lossless: huffman`) the bits of their Huffman code
+  (`fedsim.compression.lossless`);
+- `packed_symbols`: how many symbols were measured (0: the encoders pack
+  nothing tensor_encoding's bit packing shows, so `entropy_bits` measured nothing);
+- `max_client_bits`: the largest `variable_bits + coded_bits` of one value
+  (one client's upload): sums of values add the other keys and keep this max.
 
 Floats (scales, kept values), indices, seeds and unencoded tensors are not
 entropy-coded.
@@ -27,8 +34,11 @@ from typing import Mapping
 import tensorflow as tf
 
 from fedsim.compression import tensor_encoding_api as te_api
+from fedsim.compression.lossless import huffman_bits
 
-KEYS = ("packed_bits", "entropy_bits", "variable_bits")
+KEYS = ("packed_bits", "entropy_bits", "variable_bits", "coded_bits", "packed_symbols",
+        "max_client_bits")
+_MAX_KEYS = ("max_client_bits",)
 # n * H is rounded up after dropping this relative part of it (see
 # `fedsim.sizing.entropy`): NumPy's and TensorFlow's float rounding differ far below it.
 RELATIVE_SLACK = 1e-9
@@ -61,7 +71,18 @@ def zeros() -> dict[str, tf.Tensor]:
 
 
 def add(a: Mapping[str, tf.Tensor], b: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-  return {k: a[k] + b[k] for k in KEYS}
+  """The measurements of both (`max_client_bits`: the larger)."""
+  return {k: tf.maximum(a[k], b[k]) if k in _MAX_KEYS else a[k] + b[k] for k in KEYS}
+
+
+def measure_value(meters, encoded_tensors) -> dict[str, tf.Tensor]:
+  """int64 `KEYS` -> bits of one value (one client's upload, or the broadcast):
+  each tensor's encoded form measured by its meter."""
+  out = zeros()
+  for meter, encoded in zip(meters, encoded_tensors):
+    out = add(out, meter.measure(encoded))
+  out["max_client_bits"] = out["variable_bits"] + out["coded_bits"]
+  return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,24 +92,31 @@ class WireMeter:
 
   # (key suffix, bits per symbol, symbols) of each packed output of static size.
   packed: tuple[tuple[str, int, int], ...] = ()
+  # The packed symbols are Huffman-coded (`lossless: huffman`).
+  lossless: bool = False
 
   @classmethod
-  def of(cls, encoder: te_api.Encoder, spec: tf.TensorSpec) -> "WireMeter":
+  def of(cls, encoder: te_api.Encoder, spec: tf.TensorSpec,
+         lossless: bool = False) -> "WireMeter":
     """The meter of `encoder` on tensors of `spec` (traces the encoder once)."""
     return cls(tuple((f"{path}/{te_api.BITPACKED_KEY}", bits, count)
                      for path, bits, count in te_api.packing_layout(encoder, spec)
-                     if count is not None))
+                     if count is not None), lossless)
 
   def measure(self, encoded: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-    """int64 `KEYS` -> bits of this encoded value (call inside a TF computation)."""
+    """int64 `KEYS` -> bits of this encoded tensor (call inside a TF computation;
+    `max_client_bits` is left 0: `measure_value` sets it per value)."""
     out = zeros()
     for key, value in encoded.items():
       value = tf.convert_to_tensor(value)
       for suffix, bits, count in self.packed:
         if key == suffix or key.endswith("/" + suffix):
-          out["packed_bits"] += tf.size(value, out_type=tf.int64) * 32
-          out["entropy_bits"] += entropy_bits(te_api.unpack_symbols(value, bits, count),
-                                              2**bits)
+          words = tf.size(value, out_type=tf.int64) * 32
+          symbols = te_api.unpack_symbols(value, bits, count)
+          out["packed_bits"] += words
+          out["entropy_bits"] += entropy_bits(symbols, 2**bits)
+          out["coded_bits"] += huffman_bits(symbols, bits) if self.lossless else words
+          out["packed_symbols"] += count
           break
       if not value.shape.is_fully_defined():
         out["variable_bits"] += tf.size(value, out_type=tf.int64) * _dtype_bits(value.dtype)
