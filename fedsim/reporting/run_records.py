@@ -63,9 +63,11 @@ class Run:
     return int(sum(row.get(name, 0) for row in self.metrics))
 
   def mean_bits_per_client(self, direction: str) -> float | None:
-    """Mean over rounds of `<direction>_bits_per_client`; None if never recorded."""
-    values = [row[f"{direction}_bits_per_client"] for row in self.metrics
-              if f"{direction}_bits_per_client" in row]
+    """Mean over rounds of what a client was measured to send or receive
+    (`<direction>_bits_per_client_mean`, else the static `<direction>_bits_per_client`
+    of a run logged before it); None if never recorded."""
+    fixed, measured = f"{direction}_bits_per_client", f"{direction}_bits_per_client_mean"
+    values = [row.get(measured, row[fixed]) for row in self.metrics if fixed in row]
     return sum(values) / len(values) if values else None
 
   def accuracy_vs_bits(self) -> tuple[list[float], list[float]]:

@@ -40,21 +40,32 @@ class ClientWireBits:
     return self.aggregate - self.aggregate_model
 
 
+WIRE_KEYS = ("packed_bits", "entropy_bits", "variable_bits", "coded_bits", "packed_symbols",
+             "max_client_bits")
+
+
 def measured_wire(metrics: Mapping[str, float], prefix: str) -> dict[str, float]:
-  """The sums of every `prefix/.../wire/<key>` metric, by key ('packed_bits',
-  'entropy_bits', 'variable_bits'); 0 for a key none reports."""
-  out = {"packed_bits": 0.0, "entropy_bits": 0.0, "variable_bits": 0.0}
+  """The sums of every `prefix/.../wire/<key>` metric, by key (`WIRE_KEYS`, see
+  `fedsim.compression.wire_meter`); 0 for a key none reports, but `coded_bits`
+  is `packed_bits` when none reports it (rows logged before the lossless stage)."""
+  out = dict.fromkeys(WIRE_KEYS, 0.0)
+  seen = set()
   for name, value in metrics.items():
     parts = name.split("/")
     if parts[0] == prefix and len(parts) >= 3 and parts[-2] == "wire" and parts[-1] in out:
       out[parts[-1]] += float(value)
+      seen.add(parts[-1])
+  if "coded_bits" not in seen:
+    out["coded_bits"] = out["packed_bits"]
   return out
 
 
 def varying(rows: Sequence[Mapping[str, float]], prefix: str) -> bool:
   """True if any of a run's metrics rows measured value-dependent bits under `prefix`
-  ('distributor' or 'aggregation'): its per-client size is then not fixed."""
-  return any(measured_wire(row, prefix)["variable_bits"] for row in rows)
+  ('distributor' or 'aggregation'): tensors of value-dependent shape, or a lossless
+  code. Its per-client size is then not fixed."""
+  return any(m["variable_bits"] or m["coded_bits"] != m["packed_bits"]
+             for m in (measured_wire(row, prefix) for row in rows))
 
 
 @dataclasses.dataclass
@@ -63,22 +74,21 @@ class SizeInfo:
 
   `broadcast_history[i]` / `aggregate_history[i]` are the total bits over all
   participating clients in the i-th round that ran; the `_entropy_` histories
-  the same with bit-packed symbols entropy-coded.
+  the same with bit-packed symbols entropy-coded (None: a round that sent
+  bits but measured no symbols, see `round_metrics`).
   """
 
   per_client: ClientWireBits | None = None
   broadcast_history: list[int] = dataclasses.field(default_factory=list)
   aggregate_history: list[int] = dataclasses.field(default_factory=list)
-  broadcast_entropy_history: list[int] = dataclasses.field(default_factory=list)
-  aggregate_entropy_history: list[int] = dataclasses.field(default_factory=list)
+  broadcast_entropy_history: list[int | None] = dataclasses.field(default_factory=list)
+  aggregate_entropy_history: list[int | None] = dataclasses.field(default_factory=list)
 
   def restore_entropy(self, rows: Sequence[Mapping[str, float]]) -> None:
-    """Takes the entropy histories from a resumed run's metrics rows (a row
-    written before they existed counts its raw bits)."""
-    self.broadcast_entropy_history = [
-        int(r.get("broadcast_entropy_bits", r.get("broadcast_bits", 0))) for r in rows]
-    self.aggregate_entropy_history = [
-        int(r.get("aggregate_entropy_bits", r.get("aggregate_bits", 0))) for r in rows]
+    """Takes the entropy histories from a resumed run's metrics rows (None for a
+    row that did not measure them)."""
+    self.broadcast_entropy_history = [r.get("broadcast_entropy_bits") for r in rows]
+    self.aggregate_entropy_history = [r.get("aggregate_entropy_bits") for r in rows]
 
   @property
   def broadcast_bits(self) -> int:
@@ -97,10 +107,20 @@ class SizeInfo:
     (`system.late_uploads: sent`): their bits count in `aggregate_bits`, and
     alone in `late_upload_bits`. `measured` holds the round's stage metrics:
     their `distributor/.../wire/*` (one client's broadcast) and
-    `aggregation/.../wire/*` (summed over the aggregated clients) add the
-    value-dependent bits to the static per-client sizes and give the
-    `*_entropy_bits` metrics. A late upload, which the server does not
-    decode, is counted at the aggregated clients' mean.
+    `aggregation/.../wire/*` (summed over the aggregated clients) replace the
+    static size of packed symbols by what was sent for them (`coded_bits`:
+    the packed words, or their Huffman code with `lossless: huffman`), add the
+    value-dependent bits, and give the `*_entropy_bits` metrics. A late
+    upload, which the server does not decode, is counted at the aggregated
+    clients' mean.
+
+    `*_entropy_bits` (and their cumulative sums) are left out of a round that
+    sent bits that way without measuring any packed symbols (no encoder of
+    that direction packs them: the estimate would only repeat the raw bits).
+    `*_bits_per_client` are the static (fixed) part; `*_bits_per_client_mean`
+    and `_max` what the round's clients were measured to receive or send (the
+    broadcast is one value: both its size); the upload's are left out of a
+    round that aggregated no client.
     """
     per = self.per_client
     down = measured_wire(measured or {}, "distributor")
@@ -108,32 +128,50 @@ class SizeInfo:
     sent_up = aggregated_clients + late_uploads
     # Late uploads at the aggregated clients' mean of what was measured.
     scale = sent_up / aggregated_clients if aggregated_clients else 0.0
-    down_bits = per.broadcast + down["variable_bits"]
+    down_bits = per.broadcast + down["variable_bits"] - down["packed_bits"] + down["coded_bits"]
+    up_measured = up["variable_bits"] - up["packed_bits"] + up["coded_bits"]
     broadcast = round(down_bits * broadcast_clients)
-    aggregate = per.aggregate * sent_up + round(up["variable_bits"] * scale)
+    aggregate = per.aggregate * sent_up + round(up_measured * scale)
     late = per.aggregate * late_uploads + round(
-        up["variable_bits"] / aggregated_clients * late_uploads if aggregated_clients else 0)
-    broadcast_entropy = round(
-        (down_bits - down["packed_bits"] + down["entropy_bits"]) * broadcast_clients)
-    aggregate_entropy = aggregate - round((up["packed_bits"] - up["entropy_bits"]) * scale)
+        up_measured / aggregated_clients * late_uploads if aggregated_clients else 0)
+    broadcast_entropy = aggregate_entropy = None
+    if down["packed_symbols"] or not broadcast:
+      broadcast_entropy = round((down_bits - down["coded_bits"] + down["entropy_bits"])
+                                * broadcast_clients)
+    if up["packed_symbols"] or not aggregate:
+      aggregate_entropy = aggregate - round((up["coded_bits"] - up["entropy_bits"]) * scale)
     self.broadcast_history.append(broadcast)
     self.aggregate_history.append(aggregate)
     self.broadcast_entropy_history.append(broadcast_entropy)
     self.aggregate_entropy_history.append(aggregate_entropy)
-    return {
+    out = {
         "broadcast_bits": broadcast,
         "aggregate_bits": aggregate,
         "late_upload_bits": late,
-        "broadcast_entropy_bits": broadcast_entropy,
-        "aggregate_entropy_bits": aggregate_entropy,
         CUMULATIVE_BROADCAST_BITS: self.broadcast_bits,
         CUMULATIVE_AGGREGATE_BITS: self.aggregate_bits,
-        "cumulative_broadcast_entropy_bits": sum(self.broadcast_entropy_history),
-        "cumulative_aggregate_entropy_bits": sum(self.aggregate_entropy_history),
+    }
+    for direction, value in (("broadcast", broadcast_entropy), ("aggregate", aggregate_entropy)):
+      history = getattr(self, f"{direction}_entropy_history")
+      if value is not None:
+        out[f"{direction}_entropy_bits"] = value
+      if None not in history:   # a total over rounds that all measured it
+        out[f"cumulative_{direction}_entropy_bits"] = sum(history)
+    out.update({
         "broadcast_bits_per_client": per.broadcast,
         "aggregate_bits_per_client": per.aggregate,
+        "broadcast_bits_per_client_mean": down_bits,
+        "broadcast_bits_per_client_max": down_bits,
+    })
+    if aggregated_clients:
+      # Every client sends the same packed words; what it measured varies.
+      fixed = per.aggregate - up["packed_bits"] / aggregated_clients
+      out["aggregate_bits_per_client_mean"] = per.aggregate + up_measured / aggregated_clients
+      out["aggregate_bits_per_client_max"] = fixed + up["max_client_bits"]
+    out.update({
         "broadcast_model_bits_per_client": per.broadcast_model,
         "broadcast_other_bits_per_client": per.broadcast_other,
         "aggregate_model_bits_per_client": per.aggregate_model,
         "aggregate_other_bits_per_client": per.aggregate_other,
-    }
+    })
+    return out

@@ -84,11 +84,12 @@ def test_size_info_folds_in_measured_wire_bits():
   info = SizeInfo(per_client=ClientWireBits(broadcast=1000, broadcast_model=900,
                                             aggregate=500, aggregate_model=400))
   measured = {"distributor/wire/packed_bits": 320, "distributor/wire/entropy_bits": 200,
-              "distributor/wire/variable_bits": 0,
+              "distributor/wire/variable_bits": 0, "distributor/wire/packed_symbols": 280,
               # two aggregated clients, summed; one more upload arrived late
               "aggregation/mean/x": 5.0, "aggregation/encode/wire/packed_bits": 640,
               "aggregation/encode/wire/entropy_bits": 500,
-              "aggregation/encode/wire/variable_bits": 96}
+              "aggregation/encode/wire/variable_bits": 96,
+              "aggregation/encode/wire/packed_symbols": 560}
   row = info.round_metrics(broadcast_clients=3, aggregated_clients=2, late_uploads=1,
                            measured=measured)
   assert row["broadcast_bits"] == 3000
@@ -98,10 +99,40 @@ def test_size_info_folds_in_measured_wire_bits():
   assert row["aggregate_bits"] == 3 * 500 + 3 * 48
   assert row["late_upload_bits"] == 548
   assert row["aggregate_entropy_bits"] == row["aggregate_bits"] - 3 * 70
+  # Per client: the fixed 500 bits, and what the two aggregated clients measured.
+  assert row["aggregate_bits_per_client"] == 500
+  assert row["aggregate_bits_per_client_mean"] == 548
+  assert row["broadcast_bits_per_client_mean"] == row["broadcast_bits_per_client_max"] == 1000
+  # A round that broadcast bits but measured no packed symbols leaves the
+  # broadcast estimate blank (it would only repeat the raw bits), and its total.
   second = info.round_metrics(broadcast_clients=1, aggregated_clients=0)
   assert second["aggregate_entropy_bits"] == second["aggregate_bits"] == 0
-  assert second["cumulative_broadcast_entropy_bits"] == 3 * 880 + 1000
+  assert "broadcast_entropy_bits" not in second
+  assert "cumulative_broadcast_entropy_bits" not in second
+  assert "aggregate_bits_per_client_mean" not in second
   assert second["cumulative_aggregate_entropy_bits"] == row["aggregate_entropy_bits"]
+
+
+def test_size_info_counts_the_lossless_code_and_each_clients_measured_bits():
+  from fedsim.sizing import ClientWireBits, SizeInfo, varying
+  info = SizeInfo(per_client=ClientWireBits(broadcast=1000, broadcast_model=900,
+                                            aggregate=500, aggregate_model=400))
+  # Two clients, 320 packed bits each in the static 500: their codes took 100
+  # and 180 bits, the larger one's measured part (variable + coded) 180 + 64.
+  measured = {"aggregation/encode/wire/packed_bits": 640,
+              "aggregation/encode/wire/coded_bits": 280,
+              "aggregation/encode/wire/entropy_bits": 250,
+              "aggregation/encode/wire/variable_bits": 64,
+              "aggregation/encode/wire/packed_symbols": 2000,
+              "aggregation/encode/wire/max_client_bits": 244}
+  row = info.round_metrics(broadcast_clients=2, aggregated_clients=2, measured=measured)
+  client_bits = [500 - 320 + 100 + 0, 500 - 320 + 180 + 64]   # 280 and 424
+  assert row["aggregate_bits"] == sum(client_bits)
+  assert row["aggregate_bits_per_client_mean"] == sum(client_bits) / 2
+  assert row["aggregate_bits_per_client_max"] == max(client_bits)
+  assert row["aggregate_entropy_bits"] == 2 * 500 - 640 + 250 + 64
+  assert "broadcast_entropy_bits" not in row   # nothing packed down: not measured
+  assert varying([measured], "aggregation") and not varying([measured], "distributor")
 
 
 @pytest.mark.slow
