@@ -131,6 +131,8 @@ def test_divergence_keeps_the_last_good_checkpoint(tff_runtime, tmp_path, capsys
 
 @pytest.mark.slow
 def test_dead_worker_fails_the_round_then_the_run_resumes_and_extends(tff_runtime, tmp_path):
+  config = dict(CONFIG, runtime={"name": "local"})  # rounds on the TFF worker this test kills
+
   def kill_worker_after_round_2(round_num, metrics):
     del metrics
     if round_num == 2:
@@ -138,19 +140,19 @@ def test_dead_worker_fails_the_round_then_the_run_resumes_and_extends(tff_runtim
 
   with pytest.raises(RunFailed, match=r"TFF worker process \(pid \d+\) died during round 3;"
                                       r" see .*worker.log"):
-    fedsim.run(CONFIG, logdir=tmp_path, on_round=kill_worker_after_round_2)
+    fedsim.run(config, logdir=tmp_path, on_round=kill_worker_after_round_2)
   (run_dir,) = _run_dirs(tmp_path / "faults")
   status, message = read_status(run_dir)
   assert status == "failed" and "died during round 3" in message
   assert ckpt.latest_checkpoint(run_dir).round_num == 2
 
-  resumed = fedsim.run(CONFIG, logdir=tmp_path, resume=True)  # picks up the failed run
+  resumed = fedsim.run(config, logdir=tmp_path, resume=True)  # picks up the failed run
   assert resumed.run_dir == run_dir and [r["round"] for r in resumed.metrics] == [1, 2, 3]
-  extended = fedsim.run(CONFIG, ["rounds=4"], logdir=tmp_path, resume=run_dir)
+  extended = fedsim.run(config, ["rounds=4"], logdir=tmp_path, resume=run_dir)
   assert [r["round"] for r in read_metrics_csv(run_dir / "metrics.csv")] == [1, 2, 3, 4]
   assert steps_by_tag(run_dir)["train/loss"] == [1, 2, 3, 4]
   assert steps_by_tag(run_dir)["final/eval/accuracy"] == [4]
-  straight = fedsim.run(CONFIG, ["rounds=4"], logdir=tmp_path, fresh=True)
+  straight = fedsim.run(config, ["rounds=4"], logdir=tmp_path, fresh=True)
   assert straight.run_dir != run_dir
   for got, want in zip(extended.final_weights, straight.final_weights):
     np.testing.assert_array_equal(got, want)

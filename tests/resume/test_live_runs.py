@@ -160,6 +160,18 @@ def _started_run(process: subprocess.Popen, experiment_dir: pathlib.Path,
   raise AssertionError(f"round {round_num} not reached in time")
 
 
+def _wait_stopped(pid: int) -> None:
+  """Returns once every thread of process `pid` is stopped (state T)."""
+  deadline = time.monotonic() + 30
+  while time.monotonic() < deadline:
+    states = [pathlib.Path(f"/proc/{pid}/task/{t}/stat").read_text().rsplit(")", 1)[1].split()[0]
+              for t in os.listdir(f"/proc/{pid}/task")]
+    if all(state == "T" for state in states):
+      return
+    time.sleep(0.01)
+  raise AssertionError(f"process {pid} did not stop")
+
+
 def _rows(run_dir: pathlib.Path) -> list[dict[str, str]]:
   with open(run_dir / "metrics.csv", newline="") as f:
     return [{k: v for k, v in row.items() if k not in WALL_CLOCK} for row in csv.DictReader(f)]
@@ -174,6 +186,7 @@ def test_a_live_run_is_not_taken_over_and_completes_intact(tmp_path, capsys):
     run_dir = _started_run(live, tmp_path / "runs" / "live", 3)  # past a checkpoint
     # Stopped, it holds its lock and its files stay still while a second process tries.
     os.killpg(live.pid, signal.SIGSTOP)
+    _wait_stopped(live.pid)  # the signal is delivered asynchronously: a write may be under way
     before = {k: v for k, v in _files(run_dir).items() if k != "worker.log"}
     second = subprocess.run(
         [sys.executable, "-m", "fedsim.cli", "run", str(config), "--logdir",
@@ -181,12 +194,14 @@ def test_a_live_run_is_not_taken_over_and_completes_intact(tmp_path, capsys):
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
     assert cli.main(["status", str(run_dir)]) == 0
     assert capsys.readouterr().out.startswith(f"{run_dir}: running, round ")
+    # Compared while the live run is still stopped: once continued, it writes again.
+    after = {k: v for k, v in _files(run_dir).items() if k != "worker.log"}
     os.killpg(live.pid, signal.SIGCONT)
     assert second.returncode == 2, second.stderr
     assert second.stderr.splitlines() == [
         f"fedsim: error: {run_dir}: in use by a live run (pid {live.pid} on"
         f" {socket.gethostname()}); wait for it to end or stop it first"]
-    assert {k: v for k, v in _files(run_dir).items() if k != "worker.log"} == before
+    assert after == before
     out, err = live.communicate(timeout=600)
     assert live.returncode == 0, err
   finally:

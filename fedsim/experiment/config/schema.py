@@ -54,7 +54,7 @@ class ExperimentConfig:
   eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
   # Which runtime runs the rounds, with its own keys (fedsim/runtime/registry.py;
   # `fedsim list runtime`).
-  runtime: Component = component(RUNTIMES, {"name": "local"})
+  runtime: Component = component(RUNTIMES, {"name": "auto"})
   checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
   # Ordered stages per direction (see fedsim/aggregation); `compression` is
   # the shorthand for an `encode` stage at the end of each.
