@@ -186,9 +186,13 @@ def _run_to_resume(args) -> tuple[pathlib.Path, pathlib.Path]:
     raise UserError(f"{'--seeds' if args.seeds else '--variant'}: a run directory is one run;"
                     " give CONFIG.yaml to choose runs")
   if args.resume is True:
-    incomplete = [d for d in find_runs(args.logdir) if read_status(d)[0] != "completed"]
+    statuses = {d: read_status(d)[0] for d in find_runs(args.logdir)}
+    # 'running' is a live run (a dead writer on this host reads as 'killed').
+    incomplete = [d for d, status in statuses.items() if status not in ("completed", "running")]
     if not incomplete:
-      raise UserError(f"--resume: no incomplete run under {args.logdir}")
+      live = [str(d) for d, status in statuses.items() if status == "running"]
+      raise UserError(f"--resume: no incomplete run under {args.logdir}"
+                      + (f" that is not live ({', '.join(live)} still running)" if live else ""))
     run_dir = max(incomplete, key=lambda d: (d / "config.yaml").stat().st_mtime)
   else:
     run_dir = pathlib.Path(args.resume)

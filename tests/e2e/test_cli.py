@@ -10,6 +10,8 @@ import sys
 import pytest
 import yaml
 
+from fedsim.errors import UserError
+
 TINY = """
 name: tiny
 seed: 3
@@ -161,6 +163,17 @@ def test_run_without_config_resumes_a_run_directory(tmp_path, capsys):
     os.utime(tmp_path / run / "config.yaml", (1e9 + i, 1e9 + i))
   args = argparse.Namespace(resume=True, logdir=str(tmp_path), seeds=None, variant=None)
   assert cli._run_to_resume(args) == (tmp_path / "b/2/config.yaml", tmp_path / "b/2")
+  # A live run (its writer, this process, is alive) is passed over, not picked to be refused.
+  (tmp_path / "c/4").mkdir(parents=True)
+  (tmp_path / "c/4/config.yaml").write_text("name: x\n")
+  from fedsim.reporting.rundir import write_status
+  write_status(tmp_path / "c/4", "running")
+  assert cli._run_to_resume(args) == (tmp_path / "b/2/config.yaml", tmp_path / "b/2")
+  for run in ("a/1", "b/2"):
+    (tmp_path / run / "status").write_text("completed\n")
+  with pytest.raises(UserError, match=r"no incomplete run under .* that is not live \(.*c/4"
+                                      r" still running\)$"):
+    cli._run_to_resume(args)
   assert cli.main(["run", "--resume", "--logdir", str(tmp_path), "--variant", "v"]) == 2
   assert "--variant: a run directory is one run" in capsys.readouterr().err
 
