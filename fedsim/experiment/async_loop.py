@@ -38,10 +38,12 @@ from typing import Any
 import numpy as np
 
 from fedsim.errors import RunFailed, UserError
-from fedsim.experiment.round_result import RoundResult, check_converging, process_metrics
+from fedsim.experiment.round_result import RoundResult, round_metrics
 from fedsim.experiment.simulation import RoundClients, Simulation
 from fedsim.experiment.system import simulate_round
 from fedsim.learning.buffered import BufferedAlgorithm, arrival
+from fedsim.metric_names import (CLIENTS_AGGREGATED, CLIENTS_FAILED, ROUND_SIMULATED_SECONDS,
+                                 ROUND_SKIPPED, SIMULATED_SECONDS)
 from fedsim.backend import quiet
 
 ASYNC_STATE = "async_state.npz"
@@ -133,28 +135,23 @@ class BufferedRounds:
     with quiet.filtered_stderr():  # TFF compiles at the first call.
       state, measurements = sim.round_process.next(state, arrivals)
     seconds = time.perf_counter() - begin
-    metrics: dict[str, float] = {"round": round_num}
-    metrics.update(process_metrics(measurements, sim.algorithm.aggregation_plan))
-    check_converging(round_num, metrics)
     ages = [s for _, s in buffer]
-    metrics.update({
+    # Bits: downloads of this update's dispatches, uploads of its arrivals
+    # (stale ones were sent, then dropped: `late_upload_bits`).
+    metrics = round_metrics(round_num, measurements, sim.algorithm.aggregation_plan, {
         "clients/dispatched": len(dispatched),
-        "clients/aggregated": len(buffer),
-        "clients/failed": failed,
+        CLIENTS_AGGREGATED: len(buffer),
+        CLIENTS_FAILED: failed,
         "clients/in_flight": len(self.in_flight),
         "staleness/mean": float(np.mean(ages)),
         "staleness/max": max(ages),
         "staleness/dropped": stale,
-        "round_skipped": 0,
-        "round_simulated_seconds": self.now - simulated_total,
-        "simulated_seconds": self.now,
+        ROUND_SKIPPED: 0,
+        ROUND_SIMULATED_SECONDS: self.now - simulated_total,
+        SIMULATED_SECONDS: self.now,
         "server_updates_per_hour": round_num * 3600.0 / self.now if self.now > 0 else 0.0,
-        "round_seconds": seconds,
-    })
-    # Bits: downloads of this update's dispatches, uploads of its arrivals
-    # (stale ones were sent, then dropped: `late_upload_bits`).
-    metrics.update(sizes.round_metrics(len(dispatched), len(buffer), late_uploads=stale,
-                                       measured=metrics))
+    }, seconds=seconds, sizes=sizes, downloads=len(dispatched), uploads=len(buffer),
+                            late_uploads=stale)
     return RoundResult(state, metrics, self.now, sampled=tuple(dispatched),
                        aggregated=tuple(c.client for c, _ in buffer), staleness=tuple(ages))
 

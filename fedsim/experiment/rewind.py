@@ -28,7 +28,7 @@ import shutil
 from fedsim.experiment.checkpoint import Checkpoint
 
 _EVENTS_PREFIX = "events.out.tfevents."
-_TIME_DIR = "simulated_time"  # the run loop's TensorBoard log of simulated seconds
+TIME_DIR = "simulated_time"  # the run loop's TensorBoard log of simulated seconds
 BITS_DIR = "by_bits"  # eval accuracy at step = cumulative bits, both directions
 _ROUND_LINE = re.compile(r"round (\d+):")
 
@@ -41,7 +41,7 @@ def rewind_logs(run_dir: pathlib.Path, checkpoint: Checkpoint) -> None:
   """
   # Only the run loop's log directories: a recursive search would walk every
   # checkpoint's client-state links (thousands of files), which hold no events.
-  for log_dir, max_step in ((run_dir, checkpoint.round_num), (run_dir / _TIME_DIR, None),
+  for log_dir, max_step in ((run_dir, checkpoint.round_num), (run_dir / TIME_DIR, None),
                             (run_dir / BITS_DIR, None)):
     for path in sorted(log_dir.glob(_EVENTS_PREFIX + "*")):
       if path.is_file():
@@ -62,10 +62,10 @@ def rewind_to_start(run_dir: pathlib.Path) -> None:
   Raises:
     OSError: if a file cannot be removed.
   """
-  for log_dir in (run_dir, run_dir / _TIME_DIR, run_dir / BITS_DIR):
+  for log_dir in (run_dir, run_dir / TIME_DIR, run_dir / BITS_DIR):
     for path in log_dir.glob(_EVENTS_PREFIX + "*"):
       path.unlink()
-  # The run loop's file names (fedsim.experiment.loop imports this module).
+  # The run loop's file names (its callbacks import this module).
   for name in ("metrics.csv", "clients.csv", "events.log", "final_model.npz"):
     (run_dir / name).unlink(missing_ok=True)
   for name in ("client_states", "checkpoints"):

@@ -1,10 +1,11 @@
 """What one played round hands the run loop: the new server state, the round's
 metrics and which clients took part.
 
-Both players return it: the synchronous round (`loop._play_round`) and the
-buffered server update of asynchronous algorithms (`async_loop.BufferedRounds`),
-so the loop logs, checkpoints and reports every algorithm the same way, and
-`clients.csv` has one row per round for each.
+Both schedules return it, and build its metrics with `round_metrics`: the
+synchronous round (`loop._play_round`) and the buffered server update of
+asynchronous algorithms (`async_loop.BufferedRounds`), so the loop's callbacks
+log, checkpoint and report every algorithm the same way, and `clients.csv`
+has one row per round for each.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any, Mapping
 
 from fedsim.aggregation import measurements as stage_measurements
 from fedsim.errors import RunFailed
+from fedsim.metric_names import ROUND, ROUND_SECONDS, TRAIN_LOSS
+from fedsim.sizing import SizeInfo
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,12 +56,41 @@ class RoundResult:
             "staleness": "" if self.staleness is None else " ".join(map(str, self.staleness))}
 
 
+def round_metrics(round_num: int, measurements: Mapping[str, Any] | None, aggregation_plan,
+                  clients: Mapping[str, float], *, seconds: float, sizes: SizeInfo,
+                  downloads: int, uploads: int, late_uploads: int,
+                  client_states: Mapping[str, float] | None = None) -> dict[str, float]:
+  """One round's metrics, in metrics.csv's column order, for either schedule.
+
+  Args:
+    measurements: the process's measurements, None for a skipped round.
+    clients: the schedule's client counts and simulated clock.
+    seconds: wall-clock seconds the runtime took for the round.
+    sizes: records the round's bits (`downloads` clients received the model,
+      `uploads` were aggregated, `late_uploads` sent theirs too late).
+    client_states: the client-state store's metrics (residual ages), if any.
+
+  Raises:
+    RunFailed: the round's training diverged.
+  """
+  metrics: dict[str, float] = {ROUND: round_num}
+  if measurements is not None:
+    metrics.update(client_states or {})
+    metrics.update(process_metrics(measurements, aggregation_plan))
+    check_converging(round_num, metrics)
+  metrics.update(clients)
+  metrics[ROUND_SECONDS] = seconds
+  metrics.update(sizes.round_metrics(downloads, uploads, late_uploads=late_uploads,
+                                     measured=metrics))
+  return metrics
+
+
 def process_metrics(measurements: Mapping[str, Any], aggregation_plan) -> dict[str, float]:
   """Every stage's measurements as named metrics: the clients' summed training
   statistics as `train/*`, the rest under their stage (`aggregation/clip/...`)."""
   work = measurements["client_work"]
   out = {
-      "train/loss": float(work["loss"]),
+      TRAIN_LOSS: float(work["loss"]),
       "train/accuracy": float(work["accuracy"]),
       "train/num_examples": float(work["num_examples"]),
   }
@@ -73,6 +105,6 @@ def process_metrics(measurements: Mapping[str, Any], aggregation_plan) -> dict[s
 
 def check_converging(round_num: int, metrics: Mapping[str, float]) -> None:
   """Raises RunFailed if the round's training loss or server update is not finite."""
-  if not math.isfinite(metrics["train/loss"]) or metrics.get("finalizer/update_non_finite"):
-    raise RunFailed(f"round {round_num}: training diverged (train/loss ="
-                    f" {metrics['train/loss']}); try a smaller learning rate")
+  if not math.isfinite(metrics[TRAIN_LOSS]) or metrics.get("finalizer/update_non_finite"):
+    raise RunFailed(f"round {round_num}: training diverged ({TRAIN_LOSS} ="
+                    f" {metrics[TRAIN_LOSS]}); try a smaller learning rate")

@@ -1,0 +1,30 @@
+"""Checkpoints every `checkpoint.every` rounds and after the last (see
+`fedsim.experiment.checkpoint`); a run resumes from the newest.
+
+It runs after the callbacks that log a round: a checkpoint of round R
+promises that metrics.csv holds every round up to R.
+"""
+
+from __future__ import annotations
+
+from fedsim.experiment.async_loop import ASYNC_STATE
+from fedsim.experiment.callbacks.base import Callback
+from fedsim.experiment.checkpoint import save_checkpoint
+from fedsim.experiment.round_result import RoundResult
+from fedsim.experiment.run_state import Run
+
+
+class Checkpoints(Callback):
+
+  def after_round(self, run: Run, record: RoundResult) -> None:
+    config = run.sim.config
+    if run.round_num % config.checkpoint.every and run.round_num != config.rounds:
+      return
+    if run.states is not None:
+      run.states.flush()  # the checkpoint links the directory: it must hold this round's states
+    save_checkpoint(run.run_dir, run.round_num, run.state, run.simulated_seconds,
+                    run.sizes.broadcast_history, run.sizes.aggregate_history,
+                    config.checkpoint.keep,
+                    run.states.directory if run.states is not None else None,
+                    extra_npz={ASYNC_STATE: run.player.checkpoint_arrays()}
+                    if run.player is not None else None)
