@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from fedsim.compression import DirectionSpec
+from fedsim.compression import huffman as huffman_code
 from fedsim.compression import tensor_encoding_api as te_api
 from fedsim.compression.encoders import encoder_for
 from fedsim.sizing.entropy import entropy_bits, raw_bits
@@ -29,11 +30,12 @@ class SymbolBits:
 
   raw: int       # at the packing's bits per symbol (before 28-in-32 packing)
   entropy: int   # what `entropy_bits` says an entropy coder sends instead
+  huffman: int   # the lossless stage's code of them (`fedsim.compression.huffman`)
 
 
 def encoded_entropy_bits(values: Sequence[np.ndarray], direction: DirectionSpec | None,
                          seed: int = 0, round_index: int | None = None) -> SymbolBits:
-  """Raw and entropy-coded bits of the symbols `direction` packs for `values`.
+  """Raw, entropy-coded and Huffman-coded bits of the symbols `direction` packs for `values`.
 
   Args:
     values: the value's tensors in flattened (`tf.nest`) order, as the
@@ -47,7 +49,7 @@ def encoded_entropy_bits(values: Sequence[np.ndarray], direction: DirectionSpec 
     The sums over tensors and packed outputs; the alphabet of a b-bit packing
     is 2**b symbols.
   """
-  raw = coded = 0
+  raw = coded = huffman = 0
   for index, value in enumerate(values):
     value = np.asarray(value)
     spec = tf.TensorSpec(value.shape, tf.as_dtype(value.dtype))
@@ -59,4 +61,5 @@ def encoded_entropy_bits(values: Sequence[np.ndarray], direction: DirectionSpec 
       symbols = np.round(symbols.numpy())
       raw += raw_bits(symbols.size, 2**bits)
       coded += entropy_bits(symbols, 2**bits)
-  return SymbolBits(raw=raw, entropy=coded)
+      huffman += huffman_code.coded_bits(symbols.astype(np.int64), bits)
+  return SymbolBits(raw=raw, entropy=coded, huffman=huffman)

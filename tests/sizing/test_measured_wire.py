@@ -169,6 +169,39 @@ def test_a_run_logs_entropy_bits_both_ways(tmp_path, runtime):
       r["aggregate_entropy_bits"] for r in result.metrics)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("runtime", ["local", "inprocess"])
+def test_a_lossless_run_logs_its_huffman_code_on_every_runtime(tmp_path, runtime):
+  import fedsim
+  from fedsim.sizing.encoded_entropy import encoded_entropy_bits
+  stage = {"name": "encode", "encoder": "uniform", "bits": 4, "min_elements": 100,
+           "lossless": "huffman"}
+  config = {
+      "name": "lossless", "seed": 3, "rounds": 2, "clients_per_round": 3,
+      "data": {"name": "digits", "num_clients": 6, "partition": "iid", "batch_size": 16},
+      "model": {"name": "logistic"}, "algorithm": {"name": "fedavg"},
+      "aggregation": [stage], "broadcast": [stage], "runtime": {"name": runtime}}
+  weights = []
+  result = fedsim.run(config, logdir=tmp_path,
+                      on_round=lambda r, m, info: weights.append(info.weights))
+  per = result.size_info.per_client
+  direction = parse_direction({k: v for k, v in stage.items() if k != "name"}, "b")
+  packed = math.ceil(640 * 4 / 28) * 32      # the 64 x 10 kernel; the bias goes unencoded
+  # Round 2 broadcasts round 1's model: the code NumPy writes for its symbols.
+  symbols = encoded_entropy_bits(weights[0], direction, seed=3, round_index=1)
+  row = result.metrics[1]
+  assert row["broadcast_bits"] == 3 * (per.broadcast - packed + symbols.huffman)
+  assert row["broadcast_bits_per_client_mean"] == per.broadcast - packed + symbols.huffman
+  assert row["broadcast_entropy_bits"] == 3 * (per.broadcast - packed + symbols.entropy)
+  for row in result.metrics:
+    coded = row["aggregation/encode/wire/coded_bits"]
+    assert 0 < coded < row["aggregation/encode/wire/packed_bits"] == 3 * packed
+    assert row["aggregate_bits"] == 3 * per.aggregate - 3 * packed + coded
+    assert (row["aggregate_bits_per_client_max"] >= row["aggregate_bits_per_client_mean"]
+            == row["aggregate_bits"] / 3)
+  assert varying(result.metrics, "aggregation") and varying(result.metrics, "distributor")
+
+
 def test_threshold_bits_are_measured_per_client_and_vary():
   import tensorflow_federated as tff
   from fedsim.compression.mean import build_encoded_sum
@@ -186,6 +219,7 @@ def test_threshold_bits_are_measured_per_client_and_vary():
   assert per_client[0] > 10 * per_client[1] > 0
   both = process.next(state, [dense, sparse])
   assert both.measurements["wire"]["variable_bits"] == sum(per_client)
+  assert both.measurements["wire"]["max_client_bits"] == max(per_client)
   expected = sum(np.where(np.abs(x) >= tau, x, 0) for x in (dense, sparse))
   np.testing.assert_array_equal(both.result, expected)
 
@@ -230,6 +264,14 @@ def test_a_threshold_run_counts_measured_bits_each_round(tmp_path, runtime):
     assert down % 64 == 0 and up % 64 == 0   # a float32 value and an int32 index each
     assert row["broadcast_bits"] == 3 * (per.broadcast + down)
     assert row["aggregate_bits"] == 3 * per.aggregate + up
+    # Per client: the fixed part, and the measured mean and largest next to it.
+    assert row["aggregate_bits_per_client"] == per.aggregate
+    assert row["aggregate_bits_per_client_mean"] == per.aggregate + up / 3
+    largest = row["aggregation/encode/wire/max_client_bits"]
+    assert up / 3 <= largest <= up and largest % 64 == 0
+    assert row["aggregate_bits_per_client_max"] == per.aggregate + largest
+    # Nothing packed, so no entropy estimate that would only repeat these bits.
+    assert "aggregate_entropy_bits" not in row and "broadcast_entropy_bits" not in row
     uploads.append(up)
   assert uploads[0] != uploads[1]
   assert varying(result.metrics, "aggregation") and varying(result.metrics, "distributor")
