@@ -35,7 +35,7 @@ class EncodeParams:
   # Clients (upload) or the server (broadcast) keep what the encoder dropped and resend it.
   error_feedback: bool = False
   # huffman: the packed symbols are Huffman-coded and counted at the code's size.
-  lossless: str = "none"
+  lossless: Literal["none", "huffman"] = "none"
 
 
 @register_aggregation_stage("encode", EncodeParams, role=SUM, parser=_parse_encode)
