@@ -15,10 +15,11 @@ import yaml
 
 from fedsim.config.typed import Component
 from fedsim.errors import UserError
+from fedsim.metric_names import EVAL_ACCURACY, ROUND, SIMULATED_SECONDS, bits_sent
 from fedsim.reporting.rundir import read_status
 from fedsim.reporting.sinks import read_metrics_csv
 
-ACCURACY = "eval/accuracy"
+ACCURACY = EVAL_ACCURACY  # compare's name for it
 # Encoders that send every tensor as it is: a run using only these is a reference.
 _LOSSLESS_ENCODERS = frozenset({"identity"})
 
@@ -75,8 +76,7 @@ class Run:
     bits, accuracy = [], []
     for row in self.metrics:
       if ACCURACY in row:
-        bits.append(row.get("cumulative_broadcast_bits", 0)
-                    + row.get("cumulative_aggregate_bits", 0))
+        bits.append(bits_sent(row))
         accuracy.append(row[ACCURACY])
     return bits, accuracy
 
@@ -85,10 +85,8 @@ class Run:
     cumulative bits (both directions) and simulated seconds; None if never."""
     for row in self.metrics:
       if row.get(ACCURACY, -1.0) >= target:
-        return {"round": row.get("round"),
-                "bits": row.get("cumulative_broadcast_bits", 0)
-                        + row.get("cumulative_aggregate_bits", 0),
-                "seconds": row.get("simulated_seconds")}
+        return {"round": row.get(ROUND), "bits": bits_sent(row),
+                "seconds": row.get(SIMULATED_SECONDS)}
     return None
 
   def within_budget(self, budget: float) -> dict[str, float] | None:

@@ -3,6 +3,7 @@ and the bits it sent each way, in all and per round. Imports no TensorFlow."""
 
 from __future__ import annotations
 
+from fedsim.metric_names import EVAL_ACCURACY
 from fedsim.reporting.units import format_bits
 from fedsim.sizing import varying
 
@@ -15,7 +16,7 @@ def run_summary(result, variant: str | None = None) -> str:
   ref_b, ref_a = result.uncompressed_bits_per_client
   wire = sizes.per_client
   label = f"[{variant}] " if variant else ""
-  acc = final.get("eval/accuracy")
+  acc = final.get(EVAL_ACCURACY)
   down = vs_uncompressed(ref_b, wire.broadcast, varying(result.metrics, "distributor"),
                          counter_bits=wire.broadcast_other)
   lines = [
