@@ -202,6 +202,39 @@ def is_compressing(registry: Registry, stage: Component) -> bool:
   return bool(getattr(registry.get(stage.name).build, "compresses", False))
 
 
+@dataclasses.dataclass(frozen=True)
+class PrivacyScope:
+  """What a stage's privacy ledger needs beyond its own parameters."""
+
+  population: int          # N: clients that can be sampled
+  sample_size: int         # m: clients sampled per round
+  clients_per_round: int   # clients aggregated per round
+  update_elements: int     # floats in one client's update (the model's trainable weights)
+
+
+class PrivacyLedgers:
+  """The ledgers of a chain's differentially private stages, read as one."""
+
+  def __init__(self, ledgers: Sequence[Any]):
+    self.ledgers = tuple(ledgers)
+
+  def round_metrics(self, rounds: int) -> dict[str, float]:
+    """Every ledger's metrics after `rounds` rounds that aggregated."""
+    return {k: v for ledger in self.ledgers for k, v in ledger.round_metrics(rounds).items()}
+
+
+def privacy_ledgers(stages: Sequence[Component], scope: PrivacyScope) -> PrivacyLedgers | None:
+  """The privacy each DP stage of `stages` spends, or None when none is private.
+
+  A stage builder that spends privacy carries `privacy_ledger(params, scope)`,
+  returning an object with `round_metrics(rounds) -> {name: value}`.
+  """
+  ledgers = [ledger(stage.params, scope) for stage in stages
+             if (ledger := getattr(AGGREGATION_STAGES.get(stage.name).build,
+                                   "privacy_ledger", None)) is not None]
+  return PrivacyLedgers(ledgers) if ledgers else None
+
+
 def private_stage(stages: Sequence[Component]) -> tuple[int, Component] | None:
   """The (index, stage) of the chain's differentially private stage, if any."""
   for i, stage in enumerate(stages):
@@ -210,4 +243,4 @@ def private_stage(stages: Sequence[Component]) -> tuple[int, Component] | None:
   return None
 
 
-from fedsim.aggregation import builtin, count_sketch, majority  # noqa: E402,F401  (register fedsim's own stages)
+from fedsim.aggregation import builtin, count_sketch, ddp, local_dp, majority  # noqa: E402,F401  (register fedsim's own stages)

@@ -181,6 +181,15 @@ def build_dp_gaussian(params: DpGaussianParams, inner, context: StageContext):
 build_dp_gaussian.check_context = _check_dp_gaussian
 
 
+def _dp_gaussian_ledger(params: DpGaussianParams, scope):
+  from fedsim.aggregation.accounting import PrivacyLedger
+  return PrivacyLedger(params.noise_multiplier, scope.population, scope.sample_size,
+                       params.delta)
+
+
+build_dp_gaussian.privacy_ledger = _dp_gaussian_ledger
+
+
 def absorb_clip(stages):
   """The chain with a `clip` stage right before a clip-less `dp_gaussian` folded into it.
 

@@ -4,11 +4,13 @@ shares: what is sized is what runs)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import tensorflow_federated as tff
 
 from fedsim.errors import RunFailed, UserError
-from fedsim.backend.computations import NotTensorFlow, tensor_leaves
+from fedsim.backend.computations import NotTensorFlow, concrete_function, tensor_leaves
 from fedsim.backend.mapreduce import map_reduce_form
 from fedsim.compression.encoded_sum import NOISE_ROUND_KEY
 from fedsim.sizing import ClientWireBits
@@ -69,6 +71,9 @@ def client_wire_bits(process: tff.templates.IterativeProcess,
   value-dependent shape count 0 here (see `type_bits`) and the run adds what
   the round measured (`SizeInfo.round_metrics`).
 
+  A secure sum's value crosses the wire as its protocol's integers, not as
+  the tensors' dtype: see `secure_sum_bits`.
+
   The model part of the broadcast is all of it but the round counters of
   encoded uploads (`NOISE_ROUND_KEY`, 32 bits each). The model part of the
   upload is everything the client hands to the aggregation except what its client-work stage adds besides the update: the
@@ -88,10 +93,41 @@ def client_wire_bits(process: tff.templates.IterativeProcess,
   counters = sum(type_bits(leaf) for path, leaf in _named_leaves(prepare)
                  if path.rsplit("/", 1)[-1] == NOISE_ROUND_KEY)
   uploads = form.work.type_signature.result
-  # Slots 1..3 feed secure sums; fedsim's aggregations do not use them, but if
-  # an aggregator does, their bits cross the wire too.
-  aggregate = sum(type_bits(slot, measured) for slot in uploads)
+  # Slot 0 is summed in the clear; slots 1..3 feed secure sums (`secure`, `ddp`).
+  aggregate = type_bits(uploads[0], measured) + secure_sum_bits(form)
   extras = sum(type_bits(t) for t in upload_extras_types)
   return ClientWireBits(
       broadcast=broadcast, broadcast_model=broadcast - counters,
       aggregate=aggregate, aggregate_model=aggregate - extras)
+
+
+def secure_sum_bits(form) -> int:
+  """Bits one client sends into the round's secure sums: per element, the
+  width the compiled round declares for it (`federated_secure_sum_bitwidth`'s
+  bitwidth, the bits of `federated_secure_sum`'s max input, or of
+  `federated_secure_modular_sum`'s modulus), not its dtype (an int64 or
+  int32 that carries a 12-bit value).
+
+  A protocol that sums n such values exactly masks them in a field of
+  bitwidth + ceil(log2 n) bits (Bonawitz et al. 2017); `ddp` reduces its sum
+  modulo 2^bits, so its field is the bitwidth itself (Kairouz et al. 2021 count
+  it so). The protocol's key agreement and unmasking are not counted.
+  """
+  uploads = form.work.type_signature.result
+  widths = (form.secure_sum_bitwidth, form.secure_sum_max_input,
+            form.secure_modular_sum_modulus)
+  total = 0
+  for kind, (slot, computation) in enumerate(zip(uploads[1:], widths)):
+    leaves = tensor_leaves(slot)
+    if not leaves:
+      continue
+    values = [np.asarray(v) for v in concrete_function(computation, "secure_widths")()]
+    if len(values) == 1 and len(leaves) > 1:   # one width for every tensor
+      values = values * len(leaves)
+    for leaf, value in zip(leaves, values):
+      if not tff.types.is_shape_fully_defined(leaf.shape):
+        raise UserError(f"cannot size a secure sum of {leaf}: its shape depends on the values")
+      width = int(np.max(value))
+      bits = width if kind == 0 else max(1, math.ceil(math.log2(width + (kind == 1))))
+      total += int(np.prod(leaf.shape, dtype=np.int64)) * bits
+  return total
