@@ -20,9 +20,8 @@ import pathlib
 from typing import Any, Iterable, Mapping, Protocol
 
 from fedsim.errors import UserError
+from fedsim.metric_names import ROUND
 from fedsim.reporting.rundir import write_text_atomic
-
-ROUND = "round"
 
 
 class MetricsSink(Protocol):
