@@ -135,12 +135,16 @@ def test_size_info_counts_the_lossless_code_and_each_clients_measured_bits():
   assert varying([measured], "aggregation") and not varying([measured], "distributor")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("runtime", ["local", "inprocess"])
-def test_a_run_logs_entropy_bits_both_ways(tmp_path, runtime):
+PACKED = math.ceil(640 * 4 / 28) * 32   # the 64 x 10 kernel; the bias goes unencoded
+
+
+def _run_uniform4_both_ways(tmp_path, runtime, **stage_keys):
+  """A 2-round run of 3 clients with 4-bit uniform both ways: (its result, and
+  the NumPy bits of round 2's broadcast symbols, re-encoded from the model round
+  1 left under the run's seed and round index 1)."""
   import fedsim
   from fedsim.sizing.encoded_entropy import encoded_entropy_bits
-  stage = {"name": "encode", "encoder": "uniform", "bits": 4, "min_elements": 100}
+  stage = {"name": "encode", "encoder": "uniform", "bits": 4, "min_elements": 100, **stage_keys}
   config = {
       "name": "entropy", "seed": 3, "rounds": 2, "clients_per_round": 3,
       "data": {"name": "digits", "num_clients": 6, "partition": "iid", "batch_size": 16},
@@ -149,12 +153,15 @@ def test_a_run_logs_entropy_bits_both_ways(tmp_path, runtime):
   weights = []
   result = fedsim.run(config, logdir=tmp_path,
                       on_round=lambda r, m, info: weights.append(info.weights))
-  per = result.size_info.per_client
   direction = parse_direction({k: v for k, v in stage.items() if k != "name"}, "b")
-  packed = math.ceil(640 * 4 / 28) * 32      # the 64 x 10 kernel; the bias goes unencoded
-  # Round 2 broadcasts the model round 1 left: the symbols a NumPy entropy
-  # coder would send for it, re-encoded under the run's seed and round index 1.
-  symbols = encoded_entropy_bits(weights[0], direction, seed=3, round_index=1)
+  return result, encoded_entropy_bits(weights[0], direction, seed=3, round_index=1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("runtime", ["local", "inprocess"])
+def test_a_run_logs_entropy_bits_both_ways(tmp_path, runtime):
+  result, symbols = _run_uniform4_both_ways(tmp_path, runtime)
+  per, packed = result.size_info.per_client, PACKED
   row = result.metrics[1]
   assert row["broadcast_entropy_bits"] == 3 * (per.broadcast - packed + symbols.entropy)
   for row in result.metrics:
@@ -172,23 +179,9 @@ def test_a_run_logs_entropy_bits_both_ways(tmp_path, runtime):
 @pytest.mark.slow
 @pytest.mark.parametrize("runtime", ["local", "inprocess"])
 def test_a_lossless_run_logs_its_huffman_code_on_every_runtime(tmp_path, runtime):
-  import fedsim
-  from fedsim.sizing.encoded_entropy import encoded_entropy_bits
-  stage = {"name": "encode", "encoder": "uniform", "bits": 4, "min_elements": 100,
-           "lossless": "huffman"}
-  config = {
-      "name": "lossless", "seed": 3, "rounds": 2, "clients_per_round": 3,
-      "data": {"name": "digits", "num_clients": 6, "partition": "iid", "batch_size": 16},
-      "model": {"name": "logistic"}, "algorithm": {"name": "fedavg"},
-      "aggregation": [stage], "broadcast": [stage], "runtime": {"name": runtime}}
-  weights = []
-  result = fedsim.run(config, logdir=tmp_path,
-                      on_round=lambda r, m, info: weights.append(info.weights))
-  per = result.size_info.per_client
-  direction = parse_direction({k: v for k, v in stage.items() if k != "name"}, "b")
-  packed = math.ceil(640 * 4 / 28) * 32      # the 64 x 10 kernel; the bias goes unencoded
-  # Round 2 broadcasts round 1's model: the code NumPy writes for its symbols.
-  symbols = encoded_entropy_bits(weights[0], direction, seed=3, round_index=1)
+  result, symbols = _run_uniform4_both_ways(tmp_path, runtime, lossless="huffman")
+  per, packed = result.size_info.per_client, PACKED
+  # Round 2's broadcast: the code NumPy writes for its symbols.
   row = result.metrics[1]
   assert row["broadcast_bits"] == 3 * (per.broadcast - packed + symbols.huffman)
   assert row["broadcast_bits_per_client_mean"] == per.broadcast - packed + symbols.huffman
