@@ -71,13 +71,15 @@ def build_scaffold(params: ScaffoldParams, task: Task) -> FederatedAlgorithm:
     result = local_training.train(
         task.model.predict, sgd, x, sgd.initialize(specs), batches,
         extra_gradient=lambda weights: correction, pad_label=task.model.pad_label)
-    steps = result.steps
-    new_c_i = tuple(
-        tf.where(steps > 0, own - s + (start - y) / (tf.maximum(steps, 1.0) * lr), own)
-        for own, s, start, y in zip(c_i, c, x, result.weights))
     update = tuple(start - y for start, y in zip(x, result.weights))
+    # Option II as a change: Delta c_i = c_i+ - c_i = (x - y) / (K lr_l) - c, none for
+    # a client without a step. Each line is a pass over the model, which on small
+    # batches costs more than the arithmetic: x - y is computed once.
+    ran = tf.cast(result.steps > 0, tf.float32)
+    scale = ran / (tf.maximum(result.steps, 1.0) * lr)
+    delta_c = tuple(scale * u - ran * s for u, s in zip(update, c))
+    new_c_i = tuple(own + d for own, d in zip(c_i, delta_c))
     weight = tf.constant(1.0) if uniform else result.stats.num_examples
-    delta_c = tuple(new - own for new, own in zip(new_c_i, c_i))
     return (update, weight, result.stats,
             collections.OrderedDict(control_variate=new_c_i), delta_c)
 

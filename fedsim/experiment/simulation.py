@@ -21,6 +21,7 @@ from fedsim.data.packing import pack, packed_examples
 from fedsim.data.sampling import ClientSampler
 from fedsim.errors import UserError
 from fedsim.learning import local_training
+from fedsim.metric_names import EVAL_ACCURACY, EVAL_LOSS
 from fedsim.models.functional import TaskModel, build_task_model
 from fedsim.runtime.registry import RuntimeContext, Unsupported, runtime_of
 from fedsim.seeds import PACK_STREAM
@@ -324,6 +325,6 @@ def make_evaluator(model: TaskModel, data: FederatedData, batch_size: int,
     # Means over targets: examples, or real tokens of sequences (token-weighted).
     loss_sum, correct, _, targets = stats(model_weights, batches)
     n = max(float(targets), 1.0)
-    return {"eval/loss": float(loss_sum) / n, "eval/accuracy": float(correct) / n}
+    return {EVAL_LOSS: float(loss_sum) / n, EVAL_ACCURACY: float(correct) / n}
 
   return evaluate

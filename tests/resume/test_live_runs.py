@@ -161,12 +161,18 @@ def _started_run(process: subprocess.Popen, experiment_dir: pathlib.Path,
 
 
 def _wait_stopped(pid: int) -> None:
-  """Returns once every thread of process `pid` is stopped (state T)."""
+  """Returns once every thread of process `pid` is stopped (state T; or gone, a
+  thread that exited meanwhile)."""
   deadline = time.monotonic() + 30
   while time.monotonic() < deadline:
-    states = [pathlib.Path(f"/proc/{pid}/task/{t}/stat").read_text().rsplit(")", 1)[1].split()[0]
-              for t in os.listdir(f"/proc/{pid}/task")]
-    if all(state == "T" for state in states):
+    states = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+      try:
+        stat = pathlib.Path(f"/proc/{pid}/task/{task}/stat").read_text()
+      except OSError:
+        continue  # the thread exited between the listing and the read
+      states.append(stat.rsplit(")", 1)[1].split()[0])
+    if all(state in "TtZX" for state in states):
       return
     time.sleep(0.01)
   raise AssertionError(f"process {pid} did not stop")
