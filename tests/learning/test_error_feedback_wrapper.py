@@ -7,6 +7,7 @@ from __future__ import annotations
 import pathlib
 
 import numpy as np
+import pytest
 
 from tests.learning import builders, reference
 from tests.learning.test_fedavg import _run_stateful, _schedule
@@ -65,9 +66,20 @@ def test_error_feedback_around_kept_momentum_matches_numpy(tff_runtime):
   assert any(np.abs(r).max() > 1e-3 for rs in residuals.values() for r in rs)
 
 
-def test_stateless_work_keeps_only_the_residual(tff_runtime):
-  alg = builders.algorithm("fedsgd", {}, builders.task_model(), aggregation=EF_TOPK)
-  assert list(alg.initial_client_state) == ["residual"]
+@pytest.mark.parametrize("name,params,inner", [
+    ("fedsgd", {}, None),
+    ("fedavg", {}, None),
+    ("fedavg", {"client_optimizer_state": "keep",
+                "gradient_accumulation": {"steps": 2, "remainder": "carry"}},
+     ["initialized", "optimizer_state", "window"])])
+def test_client_state_holds_the_inner_state_and_the_residual(name, params, inner):
+  model = builders.task_model()
+  state = builders.algorithm(name, params, model, aggregation=EF_TOPK).initial_client_state
+  assert list(state) == (["inner", "residual"] if inner else ["residual"])
+  if inner:
+    assert list(state["inner"]) == inner
+  for r, w in zip(state["residual"], model.initial_weights.trainable, strict=True):
+    assert r.shape == w.shape and not r.any()
 
 
 def test_no_algorithm_module_mentions_error_feedback():
