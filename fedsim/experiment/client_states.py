@@ -138,7 +138,7 @@ class ClientStateStore:
 
 def _has_residual(state: Any) -> bool:
   """True if the client state keeps an error-feedback residual (see
-  `fedsim.learning.client_work`: the entry `residual`)."""
+  `fedsim.learning.error_feedback.RESIDUAL`: the entry `residual`)."""
   return isinstance(state, dict) and "residual" in state
 
 
