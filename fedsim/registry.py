@@ -17,7 +17,7 @@ import os
 import pathlib
 import sys
 import types
-from typing import Any, Callable, Generic, TypeVar
+from typing import Any, Callable, Generic, Mapping, TypeVar
 
 from fedsim.errors import UserError, one_line
 
@@ -39,6 +39,9 @@ class Entry:
   build: Callable[..., Any]
   params: type
   summary: str
+  # What else the registry needs to know of the entry, by the names the
+  # registry declares (e.g. an aggregation stage's role): all of them, defaults filled.
+  traits: Mapping[str, Any] = dataclasses.field(default_factory=lambda: types.MappingProxyType({}))
 
 
 def closest(name: str, options) -> str:
@@ -50,30 +53,42 @@ def closest(name: str, options) -> str:
 class Registry(Generic[F]):
   """A named collection of builders, each with its own parameter dataclass."""
 
-  def __init__(self, kind: str, name: str | None = None):
+  def __init__(self, kind: str, name: str | None = None,
+               traits: Mapping[str, Any] | None = None):
     """`kind` names an entry in messages ('unknown aggregation stage ...');
     `name`, one word, is what `fedsim list` prints and is asked for (default:
-    the first word of `kind`, so 'aggregation stage' is listed as 'aggregation')."""
+    the first word of `kind`, so 'aggregation stage' is listed as 'aggregation');
+    `traits` declares what an entry may state besides its builder and
+    parameters, each name with its default."""
     self.kind = kind
     self.name = name or kind.split()[0]
+    self.traits = types.MappingProxyType(dict(traits or {}))
     self._entries: dict[str, Entry] = {}
     REGISTRIES.append(self)
 
-  def register(self, name: str, params: type = NoParams,
-               replace: bool = False) -> Callable[[F], F]:
-    """Decorator: registers `fn` under `name` with parameter class `params`.
+  def register(self, name: str, params: type = NoParams, replace: bool = False,
+               traits: Mapping[str, Any] | None = None) -> Callable[[F], F]:
+    """Decorator: registers `fn` under `name` with parameter class `params` and
+    `traits` (names this registry declares; the others keep their defaults).
 
-    Registering a taken name raises ValueError unless `replace` (e.g. a
-    notebook cell that is run again).
+    Raises:
+      TypeError: `params` is not a dataclass, or a trait is not declared.
+      ValueError: `name` is taken, unless `replace` (e.g. a notebook cell
+        that is run again).
     """
     if not dataclasses.is_dataclass(params):
       raise TypeError(f"params of {self.kind} '{name}' must be a dataclass")
+    undeclared = sorted(set(traits or {}) - set(self.traits))
+    if undeclared:
+      raise TypeError(f"{self.kind} '{name}': unknown trait {', '.join(undeclared)};"
+                      f" a {self.kind} declares: {', '.join(self.traits) or 'none'}")
+    declared = types.MappingProxyType({**self.traits, **(traits or {})})
 
     def decorator(fn: F) -> F:
       if name in self._entries and self._entries[name].build is not fn and not replace:
         raise ValueError(f"{self.kind} '{name}' is already registered")
       summary = (fn.__doc__ or "").strip().splitlines()
-      self._entries[name] = Entry(name, fn, params, summary[0] if summary else "")
+      self._entries[name] = Entry(name, fn, params, summary[0] if summary else "", declared)
       return fn
 
     return decorator

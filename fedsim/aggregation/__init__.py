@@ -33,12 +33,23 @@ from fedsim.config.typed import Component, parse
 from fedsim.errors import UserError
 from fedsim.registry import NoParams, Registry
 
-AGGREGATION_STAGES = Registry("aggregation stage")
-BROADCAST_STAGES = Registry("broadcast stage")
-
 # What a stage does in the chain (see the module docstring).
 WRAP, MEAN, SUM, PRIVATE, COMPLETE = "wrap", "mean", "sum", "private", "complete"
 ROLES = (WRAP, MEAN, SUM, PRIVATE, COMPLETE)
+
+# What a stage states besides its builder and parameters (`register_aggregation_stage`).
+_STAGE_TRAITS = {
+    "role": WRAP,             # or a function of the params giving one
+    "inner_key": None,        # where the built factory nests its inner one's measurements
+    "own_key": None,          # the key of the stage's own measurements, if only one
+    "parser": None,           # (data, key) -> params, for a layout of its own
+    "compresses": False,      # changes what crosses the wire (left out of the uncompressed reference)
+    "check_context": None,    # (params, StageContext, key) -> None or UserError
+    "privacy_ledger": None,   # (params, PrivacyScope) -> the privacy it spends
+}
+AGGREGATION_STAGES = Registry("aggregation stage", traits=_STAGE_TRAITS)
+BROADCAST_STAGES = Registry("broadcast stage",
+                            traits={"parser": None, "compresses": False})
 
 # How the algorithm combines client updates: by `FederatedAlgorithm` kind.
 WEIGHTED_MEAN, UNWEIGHTED_MEAN, PLAIN_SUM = "weighted_mean", "mean", "sum"
@@ -57,6 +68,9 @@ class StageContext:
 def register_aggregation_stage(name: str, params: type = NoParams, *, role: str = WRAP,
                                inner_key: str | None = None, own_key: str | None = None,
                                parser: Callable[[Any, str], Any] | None = None,
+                               compresses: bool = False,
+                               check_context: Callable | None = None,
+                               privacy_ledger: Callable | None = None,
                                replace: bool = False) -> Callable:
   """Decorator that adds an aggregation stage, usable as `{name: NAME, ...}` in config.
 
@@ -70,45 +84,48 @@ def register_aggregation_stage(name: str, params: type = NoParams, *, role: str 
   measurements nest its inner factory's (TFF's zeroing uses 'zeroing'); the
   stage's own measurements are the other keys, or only those under `own_key`
   when it names one (TFF's DP factory: 'dp_query_metrics'). `parser(data, key)` replaces
-  the typed parsing of `params` for stages with a layout of their own.
+  the typed parsing of `params` for stages with a layout of their own. `role`,
+  `inner_key` and `own_key` may be functions of the params. `compresses`: the stage
+  changes what crosses the wire (an uncompressed reference run leaves it out);
+  `check_context(params, context, key)` raises UserError for rules that depend on
+  the experiment; `privacy_ledger(params, scope)` returns what the stage spends
+  (see `privacy_ledgers`).
 
   Raises:
     ValueError: an unknown role, or a taken name without `replace`.
   """
-  if role not in ROLES:
-    raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+  if not callable(role) and role not in ROLES:
+    raise ValueError(f"role must be one of {', '.join(ROLES)} (or a function of the params"
+                     f" giving one), got {role!r}")
 
-  def decorator(fn):
-    fn.stage_role, fn.inner_key, fn.own_key, fn.stage_parser = role, inner_key, own_key, parser
-    return AGGREGATION_STAGES.register(name, params=params, replace=replace)(fn)
-
-  return decorator
+  return AGGREGATION_STAGES.register(name, params=params, replace=replace, traits=dict(
+      role=role, inner_key=inner_key, own_key=own_key, parser=parser, compresses=compresses,
+      check_context=check_context, privacy_ledger=privacy_ledger))
 
 
 def register_broadcast_stage(name: str, params: type = NoParams, *,
                              parser: Callable[[Any, str], Any] | None = None,
-                             replace: bool = False) -> Callable:
+                             compresses: bool = False, replace: bool = False) -> Callable:
   """Decorator that adds a broadcast stage: `build(params, weights_type, context)`
   returns a `tff.learning.templates.DistributionProcess` for the model weights."""
+  return BROADCAST_STAGES.register(name, params=params, replace=replace,
+                                   traits=dict(parser=parser, compresses=compresses))
 
-  def decorator(fn):
-    fn.stage_role, fn.inner_key, fn.own_key, fn.stage_parser = None, None, None, parser
-    return BROADCAST_STAGES.register(name, params=params, replace=replace)(fn)
 
-  return decorator
+def _trait(stage: Component, name: str) -> Any:
+  """An aggregation stage's trait, evaluated on its params when it is a function of them."""
+  value = AGGREGATION_STAGES.get(stage.name).traits[name]
+  return value(stage.params) if callable(value) else value
 
 
 def role_of(stage: Component) -> str:
   """The role of a parsed aggregation stage (a builder may decide it from its params)."""
-  role = AGGREGATION_STAGES.get(stage.name).build.stage_role
-  return role(stage.params) if callable(role) else role
+  return _trait(stage, "role")
 
 
 def measurement_keys(stage: Component) -> tuple[str | None, str | None]:
   """(inner_key, own_key) of a stage's TFF measurements (see `register_aggregation_stage`)."""
-  build = AGGREGATION_STAGES.get(stage.name).build
-  keys = (build.inner_key, getattr(build, "own_key", None))
-  return tuple(k(stage.params) if callable(k) else k for k in keys)
+  return _trait(stage, "inner_key"), _trait(stage, "own_key")
 
 
 def parse_chain(registry: Registry, data: Any, key: str) -> tuple[Component, ...]:
@@ -132,7 +149,7 @@ def parse_chain(registry: Registry, data: Any, key: str) -> tuple[Component, ...
                       f" {', '.join(registry.names())}), got {item!r:.40}")
     entry = registry.get(item["name"], f"{where}.name")
     rest = {k: v for k, v in item.items() if k != "name"}
-    custom = getattr(entry.build, "stage_parser", None)
+    custom = entry.traits["parser"]
     params = custom(rest, where) if custom else parse(entry.params, rest, where,
                                                       reserved=("name",))
     stages.append(Component(entry.name, params))
@@ -157,7 +174,7 @@ def check_chain(stages: Sequence[Component], kind: str | None, algorithm: str,
 
   `kind` is how `algorithm` combines updates, or None when it does not say
   (a plugin algorithm): then only the order of stages is checked. A stage
-  builder may carry `check_context(params, context, key)` for rules that
+  stage may be registered with `check_context(params, context, key)` for rules that
   depend on the experiment (e.g. the clients per round).
   """
   from fedsim.aggregation.builtin import absorb_clip
@@ -167,7 +184,7 @@ def check_chain(stages: Sequence[Component], kind: str | None, algorithm: str,
   roles = [role_of(s) for s in stages]
   for i, (stage, role) in enumerate(zip(stages, roles)):
     where = f"{key}[{i}] {stage.name}"
-    check = getattr(AGGREGATION_STAGES.get(stage.name).build, "check_context", None)
+    check = AGGREGATION_STAGES.get(stage.name).traits["check_context"]
     if check is not None:
       check(stage.params, StageContext(kind or "", clients_per_round, 0, i), f"{key}[{i}]")
     last = i == len(stages) - 1
@@ -199,7 +216,7 @@ def check_chain(stages: Sequence[Component], kind: str | None, algorithm: str,
 def is_compressing(registry: Registry, stage: Component) -> bool:
   """True for stages that change what crosses the wire (encoders): an
   uncompressed reference run leaves them out."""
-  return bool(getattr(registry.get(stage.name).build, "compresses", False))
+  return bool(registry.get(stage.name).traits["compresses"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,12 +243,12 @@ class PrivacyLedgers:
 def privacy_ledgers(stages: Sequence[Component], scope: PrivacyScope) -> PrivacyLedgers | None:
   """The privacy each DP stage of `stages` spends, or None when none is private.
 
-  A stage builder that spends privacy carries `privacy_ledger(params, scope)`,
+  A stage that spends privacy is registered with `privacy_ledger(params, scope)`,
   returning an object with `round_metrics(rounds) -> {name: value}`.
   """
   ledgers = [ledger(stage.params, scope) for stage in stages
-             if (ledger := getattr(AGGREGATION_STAGES.get(stage.name).build,
-                                   "privacy_ledger", None)) is not None]
+             if (ledger := AGGREGATION_STAGES.get(stage.name).traits["privacy_ledger"])
+             is not None]
   return PrivacyLedgers(ledgers) if ledgers else None
 
 

@@ -38,21 +38,19 @@ class EncodeParams:
   lossless: Literal["none", "huffman"] = "none"
 
 
-@register_aggregation_stage("encode", EncodeParams, role=SUM, parser=_parse_encode)
+@register_aggregation_stage("encode", EncodeParams, role=SUM, parser=_parse_encode,
+                            compresses=True)
 def build_encode(params, context: StageContext):
   """Each client encodes its value per tensor; the server decodes and sums (last stage)."""
   from fedsim.compression.mean import build_encoded_sum
   return build_encoded_sum(params, context.seed)
 
 
-@register_broadcast_stage("encode", EncodeParams, parser=_parse_encode)
+@register_broadcast_stage("encode", EncodeParams, parser=_parse_encode, compresses=True)
 def build_encoded_broadcast(params, weights_type, context: StageContext):
   """The server encodes the model once; every client decodes the same encoded value."""
   from fedsim.compression.broadcast import build_encoded_broadcast as build
   return build(weights_type, params, context.seed)
-
-
-build_encode.compresses = build_encoded_broadcast.compresses = True
 
 
 @register_aggregation_stage("sum", NoParams, role=SUM)
@@ -170,24 +168,19 @@ def _check_dp_gaussian(params: DpGaussianParams, context: StageContext, key: str
                     " clients_per_round)")
 
 
-@register_aggregation_stage("dp_gaussian", DpGaussianParams, role=PRIVATE, inner_key="dp",
-                            own_key="dp_query_metrics")
-def build_dp_gaussian(params: DpGaussianParams, inner, context: StageContext):
-  """Clip each update, sum, add seeded Gaussian noise, divide by clients_per_round (DP-FedAvg)."""
-  from fedsim.aggregation import private
-  return private.gaussian_factory(params, inner, context)
-
-
-build_dp_gaussian.check_context = _check_dp_gaussian
-
-
 def _dp_gaussian_ledger(params: DpGaussianParams, scope):
   from fedsim.aggregation.accounting import PrivacyLedger
   return PrivacyLedger(params.noise_multiplier, scope.population, scope.sample_size,
                        params.delta)
 
 
-build_dp_gaussian.privacy_ledger = _dp_gaussian_ledger
+@register_aggregation_stage("dp_gaussian", DpGaussianParams, role=PRIVATE, inner_key="dp",
+                            own_key="dp_query_metrics", check_context=_check_dp_gaussian,
+                            privacy_ledger=_dp_gaussian_ledger)
+def build_dp_gaussian(params: DpGaussianParams, inner, context: StageContext):
+  """Clip each update, sum, add seeded Gaussian noise, divide by clients_per_round (DP-FedAvg)."""
+  from fedsim.aggregation import private
+  return private.gaussian_factory(params, inner, context)
 
 
 def absorb_clip(stages):
@@ -247,7 +240,8 @@ def _factory_role(params: FactoryParams) -> str:
   return params.role
 
 
-@register_aggregation_stage("factory", FactoryParams, role=WRAP)
+@register_aggregation_stage("factory", FactoryParams, role=_factory_role,
+                            inner_key=lambda params: params.inner_key)
 def build_user_factory(params: FactoryParams, *args):
   """Any `tff.aggregators` factory built by your own function."""
   build = resolve(params.builder, key=f"aggregation[{args[-1].index}]")
@@ -257,8 +251,3 @@ def build_user_factory(params: FactoryParams, *args):
     text = str(e).strip().splitlines()[0] if str(e).strip() else ""
     raise UserError(f"aggregation[{args[-1].index}].builder: {params.builder} raised"
                     f" {type(e).__name__}: {text}") from None
-
-
-build_user_factory.stage_role = _factory_role
-build_user_factory.inner_key = lambda params: params.inner_key
-build_user_factory.own_key = None

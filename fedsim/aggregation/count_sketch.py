@@ -42,19 +42,6 @@ class CountSketchParams:
   momentum: float = bounded(0.9, min=0, max=1)   # rho, in sketch space
 
 
-@register_aggregation_stage("count_sketch", CountSketchParams, role="wrap",
-                            inner_key="sketch_sum")
-def build_count_sketch(params: CountSketchParams, inner, context: StageContext):
-  """FetchSGD: clients send an r x c count sketch, the server unsketches the top-k (first stage)."""
-  from fedsim.aggregation import sketching
-  return sketching.FetchSGDFactory(inner, params.rows, params.columns, params.k,
-                                   params.momentum, sketching.hash_seed(context.seed,
-                                                                        context.index))
-
-
-build_count_sketch.compresses = True
-
-
 def _check_first(params: CountSketchParams, context: StageContext, key: str) -> None:
   """FetchSGD's server keeps momentum and error of the clients' mean update: a mean
   above it would average its outputs instead. (A clip or zeroing above it would act
@@ -65,4 +52,11 @@ def _check_first(params: CountSketchParams, context: StageContext, key: str) -> 
                     " sketch their raw update; the mean and the sum below act on sketches)")
 
 
-build_count_sketch.check_context = _check_first
+@register_aggregation_stage("count_sketch", CountSketchParams, role="wrap",
+                            inner_key="sketch_sum", compresses=True, check_context=_check_first)
+def build_count_sketch(params: CountSketchParams, inner, context: StageContext):
+  """FetchSGD: clients send an r x c count sketch, the server unsketches the top-k (first stage)."""
+  from fedsim.aggregation import sketching
+  return sketching.FetchSGDFactory(inner, params.rows, params.columns, params.k,
+                                   params.momentum, sketching.hash_seed(context.seed,
+                                                                        context.index))

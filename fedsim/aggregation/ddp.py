@@ -62,7 +62,15 @@ def _check_ddp(params: DdpParams, context: StageContext, key: str) -> None:
                     f" (modclip_prob {params.modclip_prob:g}); use at least {least}")
 
 
-@register_aggregation_stage("ddp", DdpParams, role=COMPLETE)
+def _ddp_ledger(params: DdpParams, scope):
+  from fedsim.aggregation.ddp_accounting import DdpLedger
+  return DdpLedger.for_stage(params, scope.clients_per_round, scope.population,
+                             scope.sample_size, scope.update_elements)
+
+
+# compresses: integers of `bits` bits per coordinate cross the wire, not floats.
+@register_aggregation_stage("ddp", DdpParams, role=COMPLETE, compresses=True,
+                            check_context=_check_ddp, privacy_ledger=_ddp_ledger)
 def build_ddp(params: DdpParams, context: StageContext):
   """Distributed discrete Gaussian over a secure sum modulo 2^bits, then the mean (last stage).
 
@@ -78,14 +86,3 @@ def build_ddp(params: DdpParams, context: StageContext):
       mechanism="distributed_dgauss", rotation_type=params.rotation)
   return tff.aggregators.UnweightedMeanFactory(
       ddp_sum, count_sum_factory=tff.aggregators.SecureSumFactory(1, 0))
-
-
-def _ddp_ledger(params: DdpParams, scope):
-  from fedsim.aggregation.ddp_accounting import DdpLedger
-  return DdpLedger.for_stage(params, scope.clients_per_round, scope.population,
-                             scope.sample_size, scope.update_elements)
-
-
-build_ddp.check_context = _check_ddp
-build_ddp.privacy_ledger = _ddp_ledger
-build_ddp.compresses = True   # integers of `bits` bits per coordinate, not floats

@@ -72,7 +72,13 @@ def _check_local_dp(params: LocalDpParams, context: StageContext, key: str) -> N
                     " set algorithm.client_weighting: uniform")
 
 
-@register_aggregation_stage("local_dp", LocalDpParams, role=WRAP, inner_key="noised")
+def _local_dp_ledger(params: LocalDpParams, scope) -> LocalDpLedger:
+  del scope  # each client's guarantee: its own rounds, whoever else takes part
+  return LocalDpLedger(params.noise_multiplier, params.delta)
+
+
+@register_aggregation_stage("local_dp", LocalDpParams, role=WRAP, inner_key="noised",
+                            check_context=_check_local_dp, privacy_ledger=_local_dp_ledger)
 def build_local_dp(params: LocalDpParams, inner, context: StageContext):
   """Local DP: each client clips its update to `clip` and adds N(0, (z clip)^2) itself.
 
@@ -83,8 +89,3 @@ def build_local_dp(params: LocalDpParams, inner, context: StageContext):
       2, np.uint32).view(np.int32)
   return LocalGaussianFactory(inner, params.clip, params.clip * params.noise_multiplier,
                               tuple(int(s) for s in salt))
-
-
-build_local_dp.check_context = _check_local_dp
-build_local_dp.privacy_ledger = lambda params, scope: LocalDpLedger(params.noise_multiplier,
-                                                                    params.delta)

@@ -32,14 +32,6 @@ class MajorityVoteParams:
   step: float = bounded(1.0, gt=0)   # the vote's sign is multiplied by this
 
 
-@register_aggregation_stage("majority_vote", MajorityVoteParams, role=COMPLETE)
-def build_majority_vote(params: MajorityVoteParams, context: StageContext):
-  """signSGD with majority vote: 1 bit per coordinate up, step * sign(sum of signs) (last stage)."""
-  del context
-  from fedsim.aggregation import vote
-  return vote.SignVoteFactory(params.step)
-
-
 def _check_unweighted(params: MajorityVoteParams, context: StageContext, key: str) -> None:
   del params
   if context.kind == WEIGHTED_MEAN:
@@ -48,5 +40,10 @@ def _check_unweighted(params: MajorityVoteParams, context: StageContext, key: st
                     " uniform")
 
 
-build_majority_vote.compresses = True
-build_majority_vote.check_context = _check_unweighted
+@register_aggregation_stage("majority_vote", MajorityVoteParams, role=COMPLETE, compresses=True,
+                            check_context=_check_unweighted)
+def build_majority_vote(params: MajorityVoteParams, context: StageContext):
+  """signSGD with majority vote: 1 bit per coordinate up, step * sign(sum of signs) (last stage)."""
+  del context
+  from fedsim.aggregation import vote
+  return vote.SignVoteFactory(params.step)

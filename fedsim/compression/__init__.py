@@ -26,7 +26,8 @@ from fedsim.config.typed import Component, bounded, parse
 from fedsim.errors import UserError
 from fedsim.registry import NoParams, Registry, closest
 
-ENCODERS = Registry("encoder")
+# reports_own_bits: the encoder sends shapes that depend on the values (see `reports_own_bits`).
+ENCODERS = Registry("encoder", traits={"reports_own_bits": False})
 
 _DIRECTIONS = ("broadcast", "aggregation")
 
@@ -69,7 +70,8 @@ def _hadamard(params: QuantizationParams) -> Any:
       params.bits, params.rounding == "stochastic", rotate=True)
 
 
-def register_encoder(name: str, params: type = NoParams, replace: bool = False) -> Callable:
+def register_encoder(name: str, params: type = NoParams, replace: bool = False, *,
+                     reports_own_bits: bool = False) -> Callable:
   """Decorator that adds a user encoder, selectable as `encoder: NAME` in config.
 
   The decorated function receives the parsed `params` dataclass (built from the
@@ -97,7 +99,8 @@ def register_encoder(name: str, params: type = NoParams, replace: bool = False) 
   decorated with `te.tf_style_encoding_stage` (its methods then take
   TensorFlow values); an undecorated one fails when chained after
   `FlattenEncodingStage`. `replace=True` re-registers a taken name (a notebook
-  cell run twice).
+  cell run twice). `reports_own_bits=True`: the encoded shapes depend on the
+  values; the round measures what each client sends (see `reports_own_bits`).
 
   Returns:
     The decorator; it returns the function unchanged.
@@ -107,7 +110,8 @@ def register_encoder(name: str, params: type = NoParams, replace: bool = False) 
     ValueError: if another function is already registered under `name` and
       `replace` is false.
   """
-  return ENCODERS.register(name, params=params, replace=replace)
+  return ENCODERS.register(name, params=params, replace=replace,
+                           traits={"reports_own_bits": reports_own_bits})
 
 
 DEFAULT_MIN_ELEMENTS = 10000
@@ -248,9 +252,8 @@ def parse_compression(data: Any, key: str = "compression") -> CompressionSpec:
 def reports_own_bits(spec: DirectionSpec | None) -> bool:
   """True if `spec`'s encoder sends shapes that depend on the values (e.g.
   `threshold`): static sizing counts the rest, the round measures these
-  (registered with `reports_own_bits = True` on the builder)."""
-  return spec is not None and bool(
-      getattr(ENCODERS.get(spec.encoder.name).build, "reports_own_bits", False))
+  (registered with `reports_own_bits=True`)."""
+  return spec is not None and bool(ENCODERS.get(spec.encoder.name).traits["reports_own_bits"])
 
 
 def upload_feedback(stages: Any) -> DirectionSpec | None:

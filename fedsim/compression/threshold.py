@@ -23,12 +23,10 @@ class ThresholdParams:
   tau: float = bounded(gt=0.0)
 
 
-@ENCODERS.register("threshold", params=ThresholdParams)
+@ENCODERS.register("threshold", params=ThresholdParams, traits={"reports_own_bits": True})
 def _threshold(params: ThresholdParams) -> Any:
   """Threshold sparsification: values with |x_i| >= tau and their int32 indices; bits vary."""
   from fedsim.compression import tensor_encoding_api as te_api
   from fedsim.compression.stages.threshold import ThresholdStage
   return te_api.chain(te_api.stages.FlattenEncodingStage(), ThresholdStage(params.tau))
 
-
-_threshold.reports_own_bits = True
