@@ -14,7 +14,7 @@ import types
 import typing
 from typing import Any, Literal, Mapping
 
-from fedsim.config.typed import yaml_text
+from fedsim.config.plain import yaml_text
 from fedsim.errors import UserError
 from fedsim.registry import REGISTRIES, Registry, closest
 

@@ -10,8 +10,8 @@ cross-field rules; it raises UserError.
 A key that only matters for some values of another key of its section
 declares it, `bounded(0.5, gt=0, used_with=("partition", "dirichlet"))`:
 giving it with another value is an error naming it ("only used with
-partition: dirichlet"), and the resolved config (`to_plain`) leaves it out.
-A string field may be a `choice` among a registry's names.
+partition: dirichlet"), and the resolved config (`plain.to_plain`) leaves it
+out. A string field may be a `choice` among a registry's names.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import types
 import typing
 from typing import Any, Literal, Mapping
 
+from fedsim.config.plain import in_use, to_plain, yaml_text
 from fedsim.errors import UserError
 from fedsim.registry import Registry, closest
 
@@ -133,12 +134,6 @@ def parse(cls: type, data: Any, key: str = "", reserved: tuple[str, ...] = ()) -
   return instance
 
 
-def in_use(instance: Any, field: dataclasses.Field) -> bool:
-  """False when `field` declares `used_with` and its condition does not hold."""
-  condition = field.metadata.get("used_with")
-  return condition is None or getattr(instance, condition[0]) in condition[1:]
-
-
 @dataclasses.dataclass
 class _Layer:
   set_paths: frozenset[str]  # dotted paths an override set
@@ -183,25 +178,6 @@ def _drop_inherited(field: dataclasses.Field, key: str, name: str) -> None:
 
 def _covered(paths: frozenset[str], path: str) -> bool:
   return path in paths or any(path.startswith((p + ".", p + "[")) for p in paths)
-
-
-def yaml_text(value: Any) -> str:
-  """`value` as a config spells it (YAML flow style): null, true, [a, b], {k: v}."""
-  if hasattr(value, "to_dict"):
-    value = value.to_dict()
-  elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-    value = to_plain(value)
-  if value is None:
-    return "null"
-  if isinstance(value, bool):
-    return "true" if value else "false"
-  if isinstance(value, str):
-    return value or "''"
-  if isinstance(value, (list, tuple)):
-    return "[" + ", ".join(yaml_text(v) for v in value) + "]"
-  if isinstance(value, Mapping):
-    return "{" + ", ".join(f"{k}: {yaml_text(v)}" for k, v in value.items()) + "}"
-  return str(value)
 
 
 def _from_registry(registry: Registry, data: Any, key: str) -> Component:
@@ -286,17 +262,3 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
       raise UserError(f"{key}: expected a string, got {_describe(value)}")
     return value
   raise TypeError(f"{key}: unsupported config field type {tp!r}")
-
-
-def to_plain(obj: Any) -> Any:
-  """The YAML-ready form of a parsed config (inverse of `parse`)."""
-  if hasattr(obj, "to_dict"):
-    return obj.to_dict()
-  if dataclasses.is_dataclass(obj):
-    return {f.name: to_plain(getattr(obj, f.name))
-            for f in dataclasses.fields(obj) if f.init and in_use(obj, f)}
-  if isinstance(obj, (list, tuple)):
-    return [to_plain(v) for v in obj]
-  if isinstance(obj, dict):
-    return {k: to_plain(v) for k, v in obj.items()}
-  return obj

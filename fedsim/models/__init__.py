@@ -12,7 +12,8 @@ import dataclasses
 import os
 from typing import Callable
 
-from fedsim.config.typed import bounded, to_plain
+from fedsim.config.plain import to_plain
+from fedsim.config.typed import bounded
 from fedsim.errors import UserError
 from fedsim.registry import NoParams, Registry
 

@@ -19,7 +19,8 @@ from fedsim.experiment.config import yaml_syntax
 from fedsim.experiment.config.merge import apply_overrides, deep_merge, override_paths, parse_set, without
 from fedsim.experiment.config.legacy import without_old_runtime_defaults
 from fedsim.experiment.config.schema import ExperimentConfig
-from fedsim.config.typed import parse_layered, to_plain
+from fedsim.config.plain import to_plain
+from fedsim.config.typed import parse_layered
 from fedsim.errors import UserError
 from fedsim.plugins import absolute_plugins, load_plugins, plugin_dir
 from fedsim.registry import closest
