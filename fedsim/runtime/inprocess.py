@@ -21,46 +21,23 @@ iteration slices its client back out, so `work` sees exactly the input the
 from __future__ import annotations
 
 import itertools
-import os
 from typing import Any, Sequence
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from fedsim.errors import UserError
 from fedsim.backend import computations
 from fedsim.backend.mapreduce import map_reduce_form
+from fedsim.runtime import carried_states
+from fedsim.runtime.chunks import chunks as client_chunks, concatenate
+# Where the round runs; importable from here, as they always were.
+from fedsim.runtime.devices import DEVICES, configure_threads, select_device  # noqa: F401
+from fedsim.runtime.round_graphs import build_round_graphs
 
-DEVICES = ("auto", "cpu", "gpu")
 # Client data concatenated for one graph call: bounds the copy a round makes
 # (1,000 EMNIST clients would otherwise be ~300 MiB at once).
 _CHUNK_BYTES = 64 * 2**20
-# Clients whose local training may run at once (the client loop's
-# parallel_iterations): client c+1 trains while c is accumulated.
-_OVERLAP = 10
-
-
-def configure_threads(threads: str) -> bool:
-  """Sets TensorFlow's CPU thread pools for `runtime.threads`, if TF has not started.
-
-  'clients': each op on one thread, as many ops at once as there are cores:
-  a batch's small ops do not scale across cores, but clients train side by
-  side (W2 1.3-1.6x, W1 ~1.4x faster rounds on 2 cores, see bench/).
-  'tensorflow' keeps TF's defaults.
-
-  Returns:
-    True when the pools were set; False when left alone, or when TensorFlow
-    already runs in this process (its pools are fixed then, e.g. in tests).
-  """
-  if threads != "clients":
-    return False
-  try:
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(os.cpu_count() or 1)
-  except RuntimeError:  # TF's context exists: its pools are made
-    return False
-  return True
 
 
 class NotCompilable(Exception):
@@ -69,34 +46,6 @@ class NotCompilable(Exception):
   The message is one line saying why (e.g. stateful clients, tf.data client
   data, several aggregation phases, secure aggregation).
   """
-
-
-def select_device(requested: str, gpus: Sequence[Any] | None = None) -> str:
-  """The TensorFlow device name for `runtime.device`.
-
-  Args:
-    requested: 'auto' (a GPU when one is visible, else the CPU), 'cpu' or 'gpu'.
-    gpus: the visible GPUs; None asks TensorFlow.
-
-  Returns:
-    '/GPU:0' or '/CPU:0'.
-
-  Raises:
-    UserError: an unknown name, or 'gpu' when TensorFlow sees no GPU.
-  """
-  if requested not in DEVICES:
-    raise UserError(f"runtime.device: unknown device '{requested}'; choose one of:"
-                    f" {', '.join(DEVICES)}")
-  if requested == "cpu":
-    return "/CPU:0"
-  if gpus is None:
-    gpus = tf.config.list_physical_devices("GPU")
-  if gpus:
-    return "/GPU:0"
-  if requested == "gpu":
-    raise UserError("runtime.device: 'gpu' but TensorFlow sees no GPU (install the"
-                    " 'gpu' extra on a CUDA machine, or use 'auto' or 'cpu')")
-  return "/CPU:0"
 
 
 class InProcessProcess:
@@ -120,7 +69,7 @@ class InProcessProcess:
     """
     self.device = select_device(device)
     self._chunk_bytes = chunk_bytes
-    self._client_state_type = _client_state_type(process)
+    self._client_state_type = carried_states.client_state_type(process)
     if self._client_state_type is not None:
       # Client states enter with the client data and leave through `work`
       # (see composer.runtime_view); the round keeps each client's own.
@@ -158,94 +107,22 @@ class InProcessProcess:
       raise NotCompilable("its MapReduceForm prepares from part of the server state")
     init = tff.backends.mapreduce.get_state_initialization_computation(process.initialize)
     self._init = computations.concrete_function(init, "initialize")
-    prepare = computations.concrete_function(form.prepare, "prepare")
-    work = computations.concrete_function(form.work, "work")
-    zero = computations.concrete_function(form.zero, "zero")
-    accumulate = computations.concrete_function(form.accumulate, "accumulate")
-    merge = computations.concrete_function(form.merge, "merge")
-    report = computations.concrete_function(form.report, "report")
-    update = computations.concrete_function(form.update, "update")
-    acc_specs = computations.tensor_specs(form.zero.type_signature.result)
-    device = self.device
-    data_leaves = self._data_leaves
-    state_specs = tuple(computations.tensor_specs(self._state_type))
-    input_specs = tuple(computations.tensor_specs(form.prepare.type_signature.result))
-    data_specs = tuple(tf.TensorSpec([None, *t.shape[1:]], tf.as_dtype(t.dtype))
-                       for t in data_leaves)
-    offset_spec = tf.TensorSpec([len(data_leaves), None], tf.int32)
-    kept = _new_state_leaves(form, self._client_state_type)
+    try:
+      kept = carried_states.new_state_leaves(form, self._client_state_type)
+    except carried_states.NotCarried as e:
+      raise NotCompilable(str(e)) from None
     kept_specs = [tf.TensorSpec(t.shape, tf.as_dtype(t.dtype))
                   for t in computations.tensor_leaves(self._client_state_type)]
-
-    def client_slice(leaf_type, concatenated, start, end):
-      part = concatenated[start:end]
-      if not leaf_type.shape:  # scalars travel as [1] slices
-        return tf.reshape(part, [])
-      return tf.ensure_shape(part, leaf_type.shape)
-
-    def start_graph(state):
-      return tuple(prepare(*state)), tuple(zero())
-
-    def clients_graph(client_input, acc, data, offsets):
-      """The accumulator after every client, and their new states stacked per leaf."""
-      count = tf.shape(offsets)[1] - 1
-      kept_arrays = tuple(tf.TensorArray(spec.dtype, size=count, element_shape=spec.shape)
-                          for spec in kept_specs)
-
-      def body(i, acc, kept_arrays):
-        batches = [client_slice(t, d, offsets[j, i], offsets[j, i + 1])
-                   for j, (t, d) in enumerate(zip(data_leaves, data))]
-        upload = work(*batches, *client_input)
-        kept_arrays = tuple(a.write(i, upload[k]) for a, k in zip(kept_arrays, kept))
-        summed = accumulate(*acc, *upload)
-        for a, spec in zip(summed, acc_specs):
-          a.set_shape(spec.shape)  # static only: no op per client and leaf
-        return i + 1, tuple(summed), kept_arrays
-
-      _, acc, kept_arrays = tf.while_loop(
-          lambda i, *_: i < count, body, (tf.constant(0), tuple(acc), kept_arrays),
-          parallel_iterations=_OVERLAP)
-      return acc, tuple(a.stack() for a in kept_arrays)
-
-    def finish_graph(state, acc):
-      return tuple(update(*state, *report(*acc)))
-
-    @tf.function(input_signature=state_specs)
-    def start(*state):
-      with tf.device(device):
-        return start_graph(state)
-
-    @tf.function(input_signature=(input_specs, tuple(acc_specs), data_specs, offset_spec))
-    def clients(client_input, acc, data, offsets):
-      with tf.device(device):
-        return clients_graph(client_input, acc, data, offsets)  # (acc, new client states)
-
-    @tf.function(input_signature=(tuple(acc_specs), tuple(acc_specs)))
-    def merged(first, second):
-      with tf.device(device):
-        return tuple(merge(*first, *second))
-
-    @tf.function(input_signature=(state_specs, tuple(acc_specs)))
-    def finish(state, acc):
-      with tf.device(device):
-        return finish_graph(state, acc)
-
-    # A round whose clients fit one chunk is one graph call: the phases as
-    # separate calls cost ~4 ms a round on small models (W2).
-    @tf.function(input_signature=(state_specs, data_specs, offset_spec))
-    def whole_round(state, data, offsets):
-      with tf.device(device):
-        client_input, acc = start_graph(state)
-        acc, new_states = clients_graph(client_input, acc, data, offsets)
-        return finish_graph(state, acc), new_states
-
-    self._start, self._clients, self._merge, self._finish = start, clients, merged, finish
+    graphs = build_round_graphs(form, self._state_type, self._data_leaves, kept, kept_specs,
+                                self.device)
+    self._start, self._clients = graphs.start, graphs.clients
+    self._merge, self._finish = graphs.merge, graphs.finish
     # Its one trace, called on flat tensors: skips tf.function's dispatch
     # (~0.5 ms of a W2 round) and the concrete function's argument binding (~0.3 ms).
-    self._round = computations.direct_call(whole_round.get_concrete_function())
-    self._state_specs = state_specs
-    self._state_shapes = [tuple(spec.shape) for spec in state_specs]
-    self._data_specs = (*data_specs, offset_spec)
+    self._round = computations.direct_call(graphs.whole_round)
+    self._state_specs = graphs.state_specs
+    self._state_shapes = [tuple(spec.shape) for spec in graphs.state_specs]
+    self._data_specs = graphs.data_specs
     self._round_leaves = len(computations.tensor_leaves(self._result_type))
 
   def initialize(self) -> Any:
@@ -260,14 +137,15 @@ class InProcessProcess:
     states `(new_state, measurements, new_client_states)` (one per client, in order)."""
     # Two chunks ahead at most: `client_data` may pack its clients as they are
     # read (RoundClients), so each is read once and 10,000 are never held at once.
-    chunks = self._chunks(self._paired(client_data, client_states))
+    chunks = self._chunks(client_data, client_states)
     ahead = list(itertools.islice(chunks, 2))
     if len(ahead) == 1:
-      data, offsets = self._concatenate(ahead[0])
+      data, offsets = concatenate(ahead[0])
       leaves = self._round([*self._state_leaves(state),
                             *computations.eager_tensors([*data, offsets], self._data_specs)])
       return self._result(leaves[:self._round_leaves],
-                          self._unstack([leaves[self._round_leaves:]]))
+                          carried_states.unstack([leaves[self._round_leaves:]],
+                                                 self._client_state_type))
     client_input, acc = self.start(state)
     acc, new_states = self._run_chunks(client_input, acc, itertools.chain(ahead, chunks))
     return self.finish(state, acc, new_states)
@@ -285,8 +163,8 @@ class InProcessProcess:
                   client_states: Sequence[Any] | None = None) -> Any:
     """`acc` with every client of `client_data` worked and accumulated, in order;
     with client states, `(acc, new_client_states)`."""
-    acc, new_states = self._run_chunks(
-        client_input, acc, self._chunks(self._paired(client_data, client_states)))
+    acc, new_states = self._run_chunks(client_input, acc,
+                                       self._chunks(client_data, client_states))
     return acc if new_states is None else (acc, new_states)
 
   def merge(self, first, second) -> tuple[tf.Tensor, ...]:
@@ -303,9 +181,15 @@ class InProcessProcess:
   def _run_chunks(self, client_input, acc, chunks) -> tuple[Any, list | None]:
     parts = []
     for chunk in chunks:
-      acc, stacked = self._clients(tuple(client_input), tuple(acc), *self._concatenate(chunk))
+      acc, stacked = self._clients(tuple(client_input), tuple(acc), *concatenate(chunk))
       parts.append(stacked)
-    return acc, (self._unstack(parts) if self.stateful_clients else None)
+    if not self.stateful_clients:
+      return acc, None
+    return acc, carried_states.unstack(parts, self._client_state_type)
+
+  def _chunks(self, client_data: Sequence[Any], client_states: Sequence[Any] | None):
+    clients = carried_states.paired(client_data, client_states, self.stateful_clients)
+    return client_chunks(clients, self._data_type, self._data_leaves, self._chunk_bytes)
 
   def _result(self, round_leaves, new_client_states) -> tuple[Any, ...]:
     packed = computations.pack(round_leaves, self._result_type)
@@ -314,28 +198,6 @@ class InProcessProcess:
     # The summed states only carried each client's own out of `work`: dropped.
     new_state, (measurements, _) = packed
     return new_state, measurements, list(new_client_states)
-
-  def _unstack(self, parts) -> list[Any]:
-    """Per client, its new state in the client-state type's containers ([] when stateless)."""
-    if not self.stateful_clients:
-      return []
-    out = []
-    for stacked in parts:
-      arrays = [np.asarray(t) for t in stacked]
-      for i in range(len(arrays[0]) if arrays else 0):
-        out.append(computations.pack([a[i] for a in arrays], self._client_state_type))
-    return out
-
-  def _paired(self, client_data: Sequence[Any], client_states: Sequence[Any] | None):
-    """The clients as the compiled round reads them: `(data, state)` pairs when stateful."""
-    if (client_states is None) != (not self.stateful_clients):
-      raise ValueError("client states are needed exactly when the clients keep state"
-                       f" (this round's clients keep state: {self.stateful_clients})")
-    if client_states is None:
-      return client_data
-    if len(client_states) != len(client_data):
-      raise ValueError(f"{len(client_data)} clients but {len(client_states)} client states")
-    return zip(client_data, client_states)
 
   def _state_leaves(self, state: Any) -> list[tf.Tensor]:
     """The state's leaves as tensors of the state type's dtypes.
@@ -349,38 +211,6 @@ class InProcessProcess:
         raise ValueError(f"a state leaf has shape {np.shape(leaf)}, the state type says"
                          f" {spec.shape}")
     return computations.eager_tensors(leaves, self._state_specs)
-
-  def _chunks(self, client_data: Sequence[Any]):
-    """Lists of clients, each a list of its data leaves as arrays of the leaf types.
-
-    Scalar leaves become shape [1], so that every leaf concatenates on axis 0.
-    """
-    flatten = computations.flattener(self._data_type)
-    shapes = [(np.dtype(t.dtype), (-1, *t.shape[1:]) if t.shape else (1,))
-              for t in self._data_leaves]
-    chunk, size = [], 0
-    for client in client_data:
-      leaves = []
-      flatten(client, leaves.append)
-      leaves = [np.asarray(v, dtype).reshape(shape) for v, (dtype, shape) in zip(leaves, shapes)]
-      nbytes = sum(v.nbytes for v in leaves)
-      if chunk and size + nbytes > self._chunk_bytes:
-        yield chunk
-        chunk, size = [], 0
-      chunk.append(leaves)
-      size += nbytes
-    if chunk:
-      yield chunk
-
-  @staticmethod
-  def _concatenate(chunk: list[list[np.ndarray]]):
-    """Per data leaf, the clients' values end to end, and where each starts."""
-    leaves = list(zip(*chunk))
-    offsets = np.zeros((len(leaves), len(chunk) + 1), np.int32)
-    for j, parts in enumerate(leaves):
-      np.cumsum([len(p) for p in parts], out=offsets[j, 1:])
-    return tuple(np.concatenate(parts) for parts in leaves), offsets
-
 
 def tensorflow_function(computation: tff.Computation, device: str = "auto"):
   """A TFF TensorFlow computation as a Python function run in this process.
@@ -411,36 +241,6 @@ def tensorflow_function(computation: tff.Computation, device: str = "auto"):
     return computations.pack(result, signature.result)
 
   return call
-
-
-def _client_state_type(process) -> tff.Type | None:
-  """The client-state type when `process.next` is `(state, data, states) ->
-  (state, measurements, states)` (see fedsim.learning.composer), else None."""
-  params = process.next.type_signature.parameter
-  if len(params) != 3 or not isinstance(params[2], tff.FederatedType):
-    return None
-  return params[2].member
-
-
-def _new_state_leaves(form, client_state_type) -> list[int]:
-  """Indices of `work`'s flat outputs that are the client's new state ([] without one).
-
-  `runtime_view` sums the new states under `NEW_CLIENT_STATES`; TFF keeps
-  that field's name in the aggregated struct, `work`'s first result.
-  """
-  if client_state_type is None:
-    return []
-  from fedsim.learning.composer import NEW_CLIENT_STATES
-  aggregated = form.work.type_signature.result[0]
-  start = 0
-  for name, element in tff.structure.iter_elements(aggregated):
-    count = len(computations.tensor_leaves(element))
-    if isinstance(element, tff.StructType):
-      names = [n for n, _ in tff.structure.iter_elements(element)]
-      if names == [NEW_CLIENT_STATES]:
-        return list(range(start, start + count))
-    start += count
-  raise NotCompilable("the compiled round does not return the clients' new states")
 
 
 def _map_reduce_form(process):

@@ -34,7 +34,7 @@ def test_bad_runtime_keys_are_refused_by_name(runtime, message):
 
 def test_ray_keys_without_ray_are_refused():
   with pytest.raises(UserError, match="^runtime.workers: unknown key"):
-    parse_config({**CONFIG, "runtime": {"name": "inprocess", "workers": 2}})
+    parse_config({**CONFIG, "runtime": {"name": "inprocess", "workers": 4}})
 
 
 def test_an_address_where_nothing_listens_is_refused_at_once():
