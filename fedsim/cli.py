@@ -238,7 +238,7 @@ def _status(args) -> int:
   statuses = [run_status(run_dir) for run_dir in find_runs(args.path)]
   for status in statuses:
     print(status.line())
-  return 1 if any(s.status == "unreadable" for s in statuses) else 0
+  return 1 if any(s.status == "unreadable" or s.damaged for s in statuses) else 0
 
 
 def _data(args) -> int:

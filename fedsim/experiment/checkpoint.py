@@ -14,13 +14,16 @@ A checkpoint of round R is the directory `run_dir/checkpoints/round_<R>/`:
                     averaging's local models). The store replaces a client's
                     file with `os.replace`, never in place, so a link keeps the
                     version of round R at no copying cost.
-  COMPLETE          written last.
+  COMPLETE          written last: the manifest, the size and SHA-256 of
+                    every file above (`checkpoint_manifest`).
 
 The sampler and the device model are pure functions of (seed, round), so the
 round number is all of their state. Everything is written into a temporary
 sibling directory, fsynced, marked COMPLETE and then renamed into place; a
 directory without the marker (a kill or a full disk mid-write) is never taken
-as a checkpoint, and is deleted by the next write.
+as a checkpoint, and is deleted by the next write. A checkpoint damaged after
+it was written no longer matches its manifest: `intact_checkpoints` passes
+over it, so a resume continues from the newest intact one.
 
 `tff.program.FileProgramStateManager` is not used: it writes a TF SavedModel
 per version (seconds of graph building for a few arrays) through an async API
@@ -38,14 +41,17 @@ import pathlib
 import re
 import shutil
 import time
+import zipfile
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from fedsim.errors import RunFailed, UserError, host_error
+from fedsim.errors import UserError, host_error
+from fedsim.experiment.checkpoint_manifest import COMPLETE, damage, write_manifest
+# Imported from here by the final-model callback and tests.
+from fedsim.experiment.model_export import export_model  # noqa: F401
 
 CHECKPOINTS = "checkpoints"
-COMPLETE = "COMPLETE"
 SERVER_STATE = "server_state.npz"
 PROGRESS = "progress.json"
 CLIENT_STATES = "client_states"
@@ -80,8 +86,8 @@ class Checkpoint:
     try:
       with np.load(path) as f:
         leaves = [f[f"arr_{i}"] for i in range(len(f.files))]
-    except (OSError, ValueError, KeyError) as e:
-      raise UserError(f"{path}: cannot read checkpoint ({e})") from None
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+      raise UserError(f"{path}: cannot read checkpoint ({type(e).__name__}: {e})") from None
     shapes = [np.shape(x) for x in expected]
     if [x.shape for x in leaves] != shapes:
       raise UserError(f"{path}: the checkpointed server state does not match the"
@@ -102,26 +108,40 @@ def _complete_dirs(run_dir: pathlib.Path) -> list[tuple[int, pathlib.Path]]:
   return sorted(found)
 
 
-def latest_checkpoint(run_dir: str | os.PathLike) -> Checkpoint | None:
-  """The newest complete checkpoint of `run_dir`, or None if it has none.
+def _read(round_num: int, path: pathlib.Path) -> Checkpoint:
+  info = json.loads((path / PROGRESS).read_text(encoding="utf-8"))
+  return Checkpoint(path=path, round_num=round_num,
+                    simulated_seconds=float(info["simulated_seconds"]),
+                    broadcast_history=tuple(int(b) for b in info["broadcast_history"]),
+                    aggregate_history=tuple(int(b) for b in info["aggregate_history"]),
+                    wall_time=float(info["wall_time"]))
 
-  Raises:
-    UserError: naming the file, if a complete checkpoint's progress.json is
-      unreadable (it was edited or the disk lost it after the fact).
+
+def intact_checkpoints(run_dir: str | os.PathLike, hash_all: bool = False
+                       ) -> tuple[Checkpoint | None, list[str]]:
+  """(the newest intact checkpoint of `run_dir` or None, why each newer one is not).
+
+  A complete checkpoint is intact if its files match its manifest (sizes, and
+  digests: all of them when `hash_all`, as a resume checks, else all but the
+  client states', as `status` checks) and its progress.json reads. Each reason
+  is one line, e.g. 'round_12/server_state.npz: 1024 bytes, 2048 when written'.
   """
-  found = _complete_dirs(pathlib.Path(run_dir))
-  if not found:
-    return None
-  round_num, path = found[-1]
-  try:
-    info = json.loads((path / PROGRESS).read_text(encoding="utf-8"))
-    return Checkpoint(path=path, round_num=round_num,
-                      simulated_seconds=float(info["simulated_seconds"]),
-                      broadcast_history=tuple(int(b) for b in info["broadcast_history"]),
-                      aggregate_history=tuple(int(b) for b in info["aggregate_history"]),
-                      wall_time=float(info["wall_time"]))
-  except (OSError, ValueError, KeyError, TypeError) as e:
-    raise UserError(f"{path / PROGRESS}: unreadable checkpoint ({e})") from None
+  damaged = []
+  for round_num, path in reversed(_complete_dirs(pathlib.Path(run_dir))):
+    reason = damage(path, hash_all)
+    if reason is None:
+      try:
+        return _read(round_num, path), damaged
+      except (OSError, ValueError, KeyError, TypeError) as e:
+        reason = f"{PROGRESS}: unreadable ({type(e).__name__})"
+    damaged.append(f"{path.name}/{reason}")
+  return None, damaged
+
+
+def latest_checkpoint(run_dir: str | os.PathLike) -> Checkpoint | None:
+  """The newest intact checkpoint of `run_dir` (sizes and server state
+  checked; see `intact_checkpoints`), or None if it has none."""
+  return intact_checkpoints(run_dir)[0]
 
 
 def _fsync_file(path: pathlib.Path) -> None:
@@ -207,7 +227,8 @@ def save_checkpoint(run_dir: str | os.PathLike, round_num: int, server_state: An
       _link_client_states(client_states, tmp / CLIENT_STATES)
     for name, arrays in (extra_npz or {}).items():
       write_npz(tmp / name, arrays, sync=True)
-    _write_synced(tmp / COMPLETE, f"round {round_num}\n")
+    previous = _complete_dirs(pathlib.Path(run_dir))
+    write_manifest(tmp, round_num, previous[-1][1] if previous else None)
     _fsync_file(tmp)
     if final.exists():  # Left by an earlier life of this run at the same round.
       shutil.rmtree(final)
@@ -270,32 +291,3 @@ def check_free_space(run_dir: pathlib.Path, needed: int) -> None:
     raise UserError(f"checkpoint: {run_dir} has {free / 2**20:.1f} MiB free, but this"
                     f" run's checkpoints and logs need about {needed / 2**20:.1f} MiB"
                     " (lower checkpoint.keep or free some space)")
-
-
-def export_model(path: pathlib.Path, weights: Any, names: Sequence[str] = ()) -> None:
-  """Writes model weights to `path` as .npz, atomically.
-
-  Trainable arrays are named by `names` (the model's `weight_names`, e.g.
-  `dense/kernel`, in `keras_model.get_weights()` order), or `trainable_<i>`
-  when `names` is empty; `model.initial_weights` reads the file back and
-  `keras_model.set_weights([f[k] for k in f.files])` loads it into Keras.
-
-  Raises:
-    ValueError: if `names` is not empty and does not name every array.
-    RunFailed: naming the path, if it cannot be written.
-  """
-  trainable = [np.asarray(w) for w in weights.trainable]
-  names = list(names) or [f"trainable_{i}" for i in range(len(trainable))]
-  if len(names) != len(trainable):
-    raise ValueError(f"{len(names)} names for {len(trainable)} trainable arrays")
-  arrays = dict(zip(names, trainable))
-  arrays.update({f"non_trainable_{i}": np.asarray(w)
-                 for i, w in enumerate(weights.non_trainable)})
-  tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-  try:
-    with open(tmp, "wb") as f:
-      np.savez(f, **arrays)
-    os.replace(tmp, path)
-  except OSError as e:
-    tmp.unlink(missing_ok=True)
-    raise RunFailed(f"cannot write {path}: {e.strerror or e}") from None

@@ -13,7 +13,14 @@
 The config of a resumed run must equal the checkpointed one (its
 `config.yaml`) in everything but `rounds` and the `checkpoint` section, which
 change neither results nor the state's structure; otherwise the resumed run
-would silently mix two experiments. Imports no TensorFlow.
+would silently mix two experiments.
+
+A resume continues from the newest checkpoint whose files match their
+manifest (`checkpoint_manifest`): damaged newer ones are renamed
+`damaged_round_<R>` (kept for inspection, never read again) and one line says
+so; with none intact it refuses rather than restart and cut the logs. The
+run's text logs must decode as UTF-8 before anything is rewound. Imports no
+TensorFlow.
 """
 
 from __future__ import annotations
@@ -22,12 +29,14 @@ import dataclasses
 import os
 import pathlib
 import re
+import shutil
+import sys
 from typing import Any, Mapping
 
 import yaml
 
 from fedsim.errors import UserError
-from fedsim.experiment.checkpoint import Checkpoint, latest_checkpoint
+from fedsim.experiment.checkpoint import Checkpoint, intact_checkpoints, latest_checkpoint
 from fedsim.reporting.ownership import RunDirLock, lock_run_dir
 from fedsim.reporting.rundir import read_status
 
@@ -36,6 +45,9 @@ from fedsim.reporting.rundir import read_status
 # names come from (config.yaml records absolute paths, older ones relative).
 MAY_DIFFER = ("rounds", "checkpoint", "seeds", "plugins")
 _TIMESTAMPED = re.compile(r"\d{8}-\d{6}(-\d+)?")
+# What a resume reads or rewinds as text: a byte that is not UTF-8 in them is
+# refused in one line before anything is rewritten.
+_TEXT_LOGS = ("config.yaml", "metrics.csv", "clients.csv", "events.log")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,6 +152,7 @@ def check_resumable(run_dir: pathlib.Path, resolved: Mapping[str, Any],
 
 def _checkpoint_to_resume(run_dir: pathlib.Path, resolved: Mapping[str, Any]) -> Checkpoint | None:
   config_path = run_dir / "config.yaml"
+  _check_text_logs(run_dir)
   try:
     old = yaml.safe_load(config_path.read_text(encoding="utf-8"))
   except (OSError, yaml.YAMLError):
@@ -153,7 +166,7 @@ def _checkpoint_to_resume(run_dir: pathlib.Path, resolved: Mapping[str, Any]) ->
     raise UserError(f"{run_dir}: the config differs from the checkpointed run in"
                     f" {', '.join(differing)} (only rounds and checkpoint.* may change); leave out"
                     " --resume to start a new run")
-  checkpoint = latest_checkpoint(run_dir)
+  checkpoint = _intact_checkpoint(run_dir)
   completed = read_status(run_dir)[0] == "completed"
   if checkpoint is None:
     if completed:  # Its checkpoints were deleted: what it logged is all there is.
@@ -164,6 +177,44 @@ def _checkpoint_to_resume(run_dir: pathlib.Path, resolved: Mapping[str, Any]) ->
   if checkpoint.round_num > rounds or (checkpoint.round_num == rounds and completed):
     raise UserError(f"rounds: {run_dir} already ran {checkpoint.round_num} rounds"
                     f" (rounds={rounds}); raise rounds to extend it")
+  return checkpoint
+
+
+def _check_text_logs(run_dir: pathlib.Path) -> None:
+  for name in _TEXT_LOGS:
+    path = run_dir / name
+    try:
+      path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+      continue
+    except UnicodeDecodeError as e:
+      raise UserError(f"--resume {run_dir}: {path} is damaged (a byte that is not UTF-8 at"
+                      f" offset {e.start}); restore or fix the file, or start a new run"
+                      " without --resume") from None
+    except OSError as e:
+      raise UserError(f"--resume {run_dir}: cannot read {path} ({e.strerror or e})") from None
+
+
+def _intact_checkpoint(run_dir: pathlib.Path) -> Checkpoint | None:
+  """The newest intact checkpoint (every file hashed), setting damaged newer
+  ones aside with one line on stderr; None if the run has none at all.
+
+  Raises:
+    UserError: naming each, if every checkpoint is damaged.
+  """
+  checkpoint, damaged = intact_checkpoints(run_dir, hash_all=True)
+  if damaged and checkpoint is None:
+    raise UserError(f"--resume {run_dir}: no intact checkpoint ({'; '.join(damaged)});"
+                    " leave out --resume to start a new run")
+  for reason in damaged:
+    name = reason.split("/", 1)[0]
+    aside = run_dir / "checkpoints" / f"damaged_{name}"
+    shutil.rmtree(aside, ignore_errors=True)  # set aside by an earlier resume
+    os.replace(run_dir / "checkpoints" / name, aside)
+  if damaged:
+    print(f"fedsim: {run_dir}: checkpoint {'; '.join(damaged)}; resuming from"
+          f" round {checkpoint.round_num} (damaged checkpoints moved to damaged_round_*)",
+          file=sys.stderr)
   return checkpoint
 
 

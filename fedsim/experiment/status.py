@@ -18,7 +18,7 @@ import time
 import yaml
 
 from fedsim.errors import UserError
-from fedsim.experiment.checkpoint import latest_checkpoint
+from fedsim.experiment.checkpoint import intact_checkpoints
 from fedsim.reporting.rundir import read_status
 from fedsim.reporting.sinks import read_metrics_csv
 
@@ -39,6 +39,7 @@ class RunStatus:
     checkpoint: the round of the newest complete checkpoint (None if none):
       where `fedsim run --resume` continues.
     idle_seconds: seconds since the run last wrote metrics.csv or its status.
+    damaged: one line per damaged file (also at the head of `message`).
   """
 
   run_dir: pathlib.Path
@@ -48,6 +49,7 @@ class RunStatus:
   rounds: int | None
   checkpoint: int | None
   idle_seconds: float
+  damaged: tuple[str, ...] = ()
 
   def line(self) -> str:
     """One line: directory, status, progress, resume point, and why."""
@@ -66,25 +68,40 @@ class RunStatus:
 def run_status(run_dir: str | os.PathLike, now: float | None = None) -> RunStatus:
   """The state of one run directory (see `RunStatus`).
 
-  A run whose status file, metrics.csv or newest checkpoint cannot be read
-  is 'unreadable', with the error naming the file: one damaged run does not
-  hide the others of a listing.
+  A damaged status file, metrics.csv or checkpoint is named in the message
+  (one damaged run does not hide the others of a listing), and what still
+  reads is reported: the newest intact checkpoint, the rounds it holds. Only
+  a run whose status file is unreadable is 'unreadable'.
   """
   run_dir = pathlib.Path(run_dir)
   metrics = run_dir / "metrics.csv"
+  damaged = []
   try:
     status, message = read_status(run_dir)
-    rows = read_metrics_csv(metrics) if metrics.is_file() else []
-    checkpoint = latest_checkpoint(run_dir)
   except UserError as e:
-    status, message, rows, checkpoint = "unreadable", str(e), [], None
+    status, message = "unreadable", ""
+    damaged.append(str(e))
+  try:
+    rows = read_metrics_csv(metrics) if metrics.is_file() else []
+  except UnicodeDecodeError as e:
+    rows = []
+    damaged.append(f"{metrics}: a byte that is not UTF-8 at offset {e.start}")
+  except UserError as e:
+    rows = []
+    damaged.append(str(e))
+  checkpoint, bad_checkpoints = intact_checkpoints(run_dir)
+  damaged.extend(f"damaged checkpoint {reason}" for reason in bad_checkpoints)
+  if damaged:
+    message = "; ".join([*damaged, *([message] if message else [])])
   written = [p.stat().st_mtime for p in (metrics, run_dir / "status") if p.is_file()]
   now = time.time() if now is None else now
+  # metrics.csv may be the damaged file: the checkpoint still says how far it got.
+  done = int(rows[-1]["round"]) if rows else (checkpoint.round_num if checkpoint else 0)
   return RunStatus(run_dir=run_dir, status=status or "unknown", message=message,
-                   rounds_done=int(rows[-1]["round"]) if rows else 0,
-                   rounds=_configured_rounds(run_dir),
+                   rounds_done=done, rounds=_configured_rounds(run_dir),
                    checkpoint=checkpoint.round_num if checkpoint else None,
-                   idle_seconds=max(0.0, now - max(written)) if written else 0.0)
+                   idle_seconds=max(0.0, now - max(written)) if written else 0.0,
+                   damaged=tuple(damaged))
 
 
 def find_runs(path: str | os.PathLike) -> list[pathlib.Path]:
@@ -113,7 +130,7 @@ def _configured_rounds(run_dir: pathlib.Path) -> int | None:
   try:
     config = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
     return int(config["rounds"])
-  except (OSError, yaml.YAMLError, TypeError, KeyError, ValueError):
+  except (OSError, yaml.YAMLError, TypeError, KeyError, ValueError):  # incl. UnicodeDecodeError
     return None
 
 

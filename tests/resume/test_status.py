@@ -72,8 +72,9 @@ def test_a_damaged_run_is_listed_as_unreadable_and_the_others_still_are(tmp_path
   assert cli.main(["status", str(tmp_path)]) == 1
   lines = capsys.readouterr().out.splitlines()
   assert lines[0] == f"{good}: completed, round 5 of 5"
-  assert lines[1].startswith(f"{broken_checkpoint}: unreadable, round 0 of 5, no checkpoint:"
-                             f" {progress}: unreadable checkpoint (")
-  assert lines[2].startswith(f"{broken_status}: unreadable, round 0 of 5, no checkpoint:"
+  # The rounds logged still count; the damaged checkpoint is named, not taken.
+  assert lines[1].startswith(f"{broken_checkpoint}: failed, round 3 of 5, no checkpoint:"
+                             " damaged checkpoint round_2/progress.json: ")
+  assert lines[2].startswith(f"{broken_status}: unreadable, round 1 of 5, no checkpoint:"
                              f" {broken_status / 'status'}: unreadable status file (")
   assert len(lines) == 3
