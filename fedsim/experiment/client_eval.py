@@ -15,7 +15,7 @@ import numpy as np
 
 from fedsim.data.federated import Examples
 from fedsim.data.packing import pack
-from fedsim.learning import local_training
+from fedsim.learning.loss import batch_loss
 from fedsim.models.functional import TaskModel
 
 PREFIX = "eval_clients/"
@@ -71,9 +71,8 @@ def make_client_evaluator(model: TaskModel, client_test: Mapping[str, Examples],
       weights = tuple(model_weights.trainable)
 
       def one(i):
-        _, batch = local_training.batch_loss(model.evaluate_predict, weights, batches["x"][i],
-                                             batches["y"][i], batches["mask"][i],
-                                             model.pad_label)
+        _, batch = batch_loss(model.evaluate_predict, weights, batches["x"][i],
+                              batches["y"][i], batches["mask"][i], model.pad_label)
         return tf.stack([batch.correct, batch.num_targets])
 
       return tf.map_fn(one, tf.range(tf.shape(batches["mask"])[0]),

@@ -1,2 +1,2 @@
-"""Building blocks of federated algorithms: local training, client work,
-optimizers and the composer that joins the four stages into one process."""
+"""Building blocks of federated algorithms: the loss of a batch, local training,
+client work, optimizers and the composer that joins the four stages into one process."""

@@ -52,7 +52,7 @@ def _metrics_finalizer(sequence: bool):
   """Summed client statistics -> loss and accuracy per target, and examples.
 
   Sequence tasks also send their token count: their loss and accuracy are
-  token-weighted means (see `local_training.BatchStats`).
+  token-weighted means (see `loss.BatchStats`).
   """
   spec = collections.OrderedDict(loss_sum=np.float32, correct=np.float32,
                                  num_examples=np.float32)

@@ -8,6 +8,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fedsim.learning import local_training
+from fedsim.learning.loss import batch_loss
 from tests.learning import reference
 
 
@@ -171,8 +172,8 @@ def test_sequence_metrics_are_token_weighted():
   logits = rng.normal(size=(4, 3, 5)).astype(np.float32)   # [batch, time, classes]
   y = np.array([[1, 2, 4], [3, 0, 0], [0, 0, 0], [2, 2, 2]], np.int32)  # 0 = pad
   mask = np.array([1, 1, 1, 0], np.float32)               # the last row is padding
-  loss, stats = local_training.batch_loss(lambda w, x: x, (), tf.constant(logits),
-                                          tf.constant(y), tf.constant(mask), pad_label=0)
+  loss, stats = batch_loss(lambda w, x: x, (), tf.constant(logits), tf.constant(y),
+                           tf.constant(mask), pad_label=0)
   log_p = _log_softmax(logits.astype(np.float64))
   tokens = [(0, 0), (0, 1), (0, 2), (1, 0)]               # (example, position) of real tokens
   token_losses = [-log_p[e, t, y[e, t]] for e, t in tokens]

@@ -15,7 +15,7 @@ from fedsim.data.federated import Examples, FederatedData
 from fedsim.errors import UserError
 from fedsim.experiment.checkpoint import export_model
 from fedsim.experiment.simulation import make_evaluator
-from fedsim.learning import local_training
+from fedsim.learning.loss import batch_gradient, batch_loss
 from fedsim.models import MODELS
 from fedsim.models.functional import build_task_model
 from tests.models import keras_builders
@@ -75,8 +75,8 @@ def test_final_softmax_is_applied_once(builder, args):
 
   def loss_and_gradients(model):
     def fn(weights, x, y, mask):
-      loss, _ = local_training.batch_loss(model.predict, weights, x, y, mask)
-      grads, _ = local_training.batch_gradient(model.predict, weights, x, y, mask)
+      loss, _ = batch_loss(model.predict, weights, x, y, mask)
+      grads, _ = batch_gradient(model.predict, weights, x, y, mask)
       return loss, grads
     return in_graph(fn, (w, b), X, Y, MASK)
 
