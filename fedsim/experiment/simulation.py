@@ -5,9 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import types
-from typing import Any, Sequence
-
-import numpy as np
+from typing import Any
 
 from fedsim.aggregation import (AGGREGATION_STAGES, BROADCAST_STAGES, is_compressing,
                                 private_stage)
@@ -17,14 +15,16 @@ from fedsim.experiment.config.loader import parse_config, plain
 from fedsim.experiment.config.schema import ExperimentConfig
 from fedsim.data import DATASETS
 from fedsim.data.federated import FederatedData, with_holdout
-from fedsim.data.packing import pack, packed_examples
+from fedsim.data.packing import pack
 from fedsim.data.sampling import ClientSampler
 from fedsim.errors import UserError
+# One round's clients, importable from here as they always were.
+from fedsim.experiment.round_clients import (RoundClients, client_batches,  # noqa: F401
+                                             pack_client, round_input)
 from fedsim.learning import local_training
 from fedsim.metric_names import EVAL_ACCURACY, EVAL_LOSS
 from fedsim.models.functional import TaskModel, build_task_model
 from fedsim.runtime.registry import RuntimeContext, Unsupported, runtime_of
-from fedsim.seeds import PACK_STREAM
 from fedsim.sizing import ClientWireBits
 from fedsim.sizing.mapreduce_form import client_wire_bits
 
@@ -223,80 +223,6 @@ def _task(config, model, compressed: bool, num_clients: int) -> Task:
               epochs=config.data.params.epochs, aggregation=aggregation, broadcast=broadcast,
               clients_per_round=config.clients_per_round, seed=config.seed,
               num_clients=num_clients)
-
-
-def pack_client(sim: Simulation, round_num: int, client_id: str) -> dict[str, np.ndarray]:
-  """`client_id`'s packed local-training input in round `round_num` ({x, y, mask}).
-
-  Shuffled from stream [seed, PACK_STREAM, round, client index], so a client
-  packs alike wherever (driver or worker) and whenever it is packed.
-  """
-  params = sim.config.data.params
-  plan = sim.algorithm.client_plan
-  batches = pack(sim.data.clients[client_id], params.batch_size, epochs=plan.epochs,
-                 steps=plan.steps, shuffle=params.shuffle,
-                 seed=[sim.config.seed, PACK_STREAM, round_num, sim.data.client_index[client_id]])
-  return {"x": batches.x, "y": batches.y, "mask": batches.mask}
-
-
-class RoundClients(Sequence):
-  """One round's clients' local-training input, each client packed when it is read.
-
-  `clients[i]` is `pack_client(sim, round_num, ids[i])`; nothing is kept, so a
-  round of 10,000 clients never holds all their batches at once (the
-  `inprocess` runtime reads them chunk by chunk). A runtime that packs
-  clients where they train reads `ids` and `round_num` and calls
-  `pack_client` there. Slicing gives a `RoundClients` of the same round.
-
-  Attributes:
-    round_num: the round, which seeds each client's shuffling.
-    ids: the clients' ids, in order.
-  """
-
-  def __init__(self, sim: Simulation, round_num: int, ids):
-    self.sim = sim
-    self.round_num = round_num
-    self.ids = tuple(ids)
-
-  def __len__(self) -> int:
-    return len(self.ids)
-
-  def __getitem__(self, i):
-    if isinstance(i, slice):
-      return RoundClients(self.sim, self.round_num, self.ids[i])
-    return pack_client(self.sim, self.round_num, self.ids[i])
-
-  def __iter__(self):
-    return (pack_client(self.sim, self.round_num, cid) for cid in self.ids)
-
-  def only(self, ids) -> RoundClients:
-    """These clients (of this round, in the given order)."""
-    return RoundClients(self.sim, self.round_num, ids)
-
-  def num_examples(self) -> dict[str, float]:
-    """Examples each client processes this round (a second epoch counts again), by id.
-
-    Equals the `mask` sum of its packed batches, computed from its size and
-    the client plan without packing (for the simulated clock).
-    """
-    params, plan = self.sim.config.data.params, self.sim.algorithm.client_plan
-    return {cid: float(packed_examples(self.sim.data.client_size(cid), params.batch_size,
-                                       epochs=plan.epochs, steps=plan.steps))
-            for cid in self.ids}
-
-
-def round_input(process, clients: RoundClients):
-  """The client data `process.next` takes: TFF's own processes need a real list
-  (every client packed now); fedsim's runtimes read `clients` lazily."""
-  import tensorflow_federated as tff
-  if isinstance(process, tff.templates.IterativeProcess):
-    return list(clients)
-  return clients
-
-
-def client_batches(sim: Simulation, round_num: int, client_ids) -> dict[str, dict[str, np.ndarray]]:
-  """Packed local-training input of each client for this round (seeded), by id."""
-  return {cid: pack_client(sim, round_num, cid) for cid in client_ids}
 
 
 def make_evaluator(model: TaskModel, data: FederatedData, batch_size: int,
