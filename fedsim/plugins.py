@@ -7,6 +7,11 @@ that a config can name them. It is named either as a module
 directory on `sys.path`) or as a `.py` file relative to the config's
 directory (`./my_plugin.py`).
 
+A plugin file may be anywhere: relative to the config's directory (`../x.py`
+leaves it, as a script's imports may), absolute, or under `~`. A config is as
+trusted as the code it names, like a Makefile; what is refused is a file that
+is not Python (`/etc/passwd`): a `.py` file is required.
+
 A file is imported under a module name derived from its absolute path, so
 naming it again (another config, `--plugin` and `plugins:` together, a
 notebook cell run twice) reuses the module instead of registering its
@@ -98,6 +103,8 @@ def _import_file(path: pathlib.Path, where: str) -> types.ModuleType:
     return sys.modules[name]
   if not path.is_file():
     raise UserError(f"{where}: file not found ({path})")
+  if path.suffix != ".py":  # importlib finds no loader for it
+    raise UserError(f"{where}: not a Python file (a plugin file ends in .py)")
   module = loaded_from(path)  # imported by module name (`--plugin`, a builder) before
   if module is not None:
     sys.modules[name] = module

@@ -65,6 +65,42 @@ def _examples(pair: Any, what: str, key: str) -> Examples:
                     ) from None
 
 
+def _check_examples(parts: list[Examples], names: list[str], test: Examples,
+                    num_classes: int | None, where: str) -> int:
+  """Refuses what would otherwise fail deep inside TensorFlow; returns num_classes.
+
+  Vectorized checks, one pass over each array: every client and the test set
+  have examples, one feature shape, finite float features and integer labels
+  in [0, num_classes) (num_classes: given, else the largest label + 1).
+
+  Raises:
+    UserError: `where` (the config key and builder), the part and the problem.
+  """
+  shape = None
+  largest = -1
+  for examples, name in zip([*parts, test], [*names, "the test set"]):
+    x, y = examples.x, examples.y
+    if len(y) == 0:
+      raise UserError(f"{where}: {name} has no examples")
+    if y.dtype.kind not in "iub":
+      raise UserError(f"{where}: {name} has labels of type {y.dtype} (expected integer"
+                      " class ids; map strings to 0..num_classes-1)")
+    if x.dtype.kind not in "iufb":
+      raise UserError(f"{where}: {name} has features of type {x.dtype} (expected numbers)")
+    if shape is not None and x.shape[1:] != shape:
+      raise UserError(f"{where}: {name} has features of shape {x.shape[1:]}, but"
+                      f" {names[0]} has {shape}")
+    shape = x.shape[1:]
+    if x.dtype.kind == "f" and not np.isfinite(x).all():
+      raise UserError(f"{where}: {name} has NaN or infinite features")
+    low, high = int(y.min()), int(y.max())
+    if low < 0 or (num_classes is not None and high >= num_classes):
+      raise UserError(f"{where}: {name} has label {low if low < 0 else high}, outside"
+                      f" 0..{(num_classes or high + 1) - 1}")
+    largest = max(largest, high)
+  return num_classes or largest + 1
+
+
 @DATASETS.register("custom", params=CustomParams)
 def build(params: CustomParams, seed: int, *, key: str = "data") -> FederatedData:
   """Your own dataset: `builder: "pkg.module:fn"` returning clients or centralized data."""
@@ -82,16 +118,21 @@ def build(params: CustomParams, seed: int, *, key: str = "data") -> FederatedDat
       if params.num_clients is None:
         raise UserError(f"{key}.num_clients: required when {params.builder} returns"
                         " centralized 'train' data")
+      # Before partitioning, which would choke on string labels.
+      _check_examples([train], ["'train'"], test, params.num_classes,
+                      f"{key}.builder: {params.builder}")
       index = partition(train.y, params, np.random.default_rng([seed, PARTITION_STREAM]),
                         key=key, dataset=params.builder)
       parts, ids = [train.take(i) for i in index], None
     if not parts:
       raise UserError(f"{key}.builder: {params.builder} returned no clients")
-    largest = max(int(np.max(p.y, initial=0)) for p in [*parts, test])
-    num_classes = params.num_classes or largest + 1
+    num_classes = params.num_classes
   else:
     raise UserError(f"{key}.builder: {params.builder} returned {type(made).__name__};"
                     f" expected {_SHAPES}")
+  names = [f"client '{c}'" for c in ids] if ids else [f"client {i}" for i in range(len(parts))]
+  num_classes = _check_examples(parts, names, test, num_classes,
+                                f"{key}.builder: {params.builder}")
   data = federate(parts, test, num_classes=num_classes,
                   max_examples_per_client=params.max_examples_per_client, seed=seed)
   if ids is None:

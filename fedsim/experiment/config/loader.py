@@ -26,10 +26,19 @@ from fedsim.plugins import absolute_plugins, load_plugins, plugin_dir
 from fedsim.registry import closest
 
 
+# A config names its data and code; a larger file is data in the wrong place,
+# and PyYAML would take minutes and gigabytes over it.
+MAX_CONFIG_BYTES = 1 << 20
+
+
 def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
   """The mapping in YAML file `path`; UserError naming the file otherwise."""
   try:
     with open(path, encoding="utf-8") as f:
+      size = os.fstat(f.fileno()).st_size
+      if size > MAX_CONFIG_BYTES:
+        raise UserError(f"{path}: {size / 2**20:.1f} MiB; a config file is at most"
+                        f" {MAX_CONFIG_BYTES >> 20} MiB (put data in a dataset file)")
       data = yaml_syntax.load(f)
   except yaml_syntax.DuplicateKeyError as e:
     raise UserError(f"{path}: line {e.line}: duplicate key '{e.key}'") from None

@@ -6,6 +6,11 @@ be refused as "expected a number". Here any number in scientific notation is
 a float, as in YAML 1.2 and JSON. YAML also lets a later duplicate key
 silently replace an earlier one; here it is an error naming the key and line.
 Everything else is `yaml.SafeLoader`: no object tags, no code.
+
+Configs are small, so what is not small is refused before it is built: more
+than MAX_DEPTH levels of nesting (the composer recurses per level), or more
+than MAX_NODES values once aliases are expanded (`&a [*b, *b, ...]` chains
+double per line: a "billion laughs" of a few hundred bytes).
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from typing import Any, TextIO
 
 import yaml
 
+MAX_DEPTH = 100
+MAX_NODES = 1_000_000
 _FLOAT_TAG = "tag:yaml.org,2002:float"
 _FLOAT = re.compile(r"""^(?:
     [-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?   # 1.5  1.  1.5e3  1.5e-3
@@ -33,8 +40,55 @@ class DuplicateKeyError(yaml.constructor.ConstructorError):
     self.key, self.line = key, mark.line + 1
 
 
+class TooLargeError(yaml.YAMLError):
+  """Nested deeper than MAX_DEPTH or expanding beyond MAX_NODES values."""
+
+  def __init__(self, problem: str, mark: yaml.Mark | None):
+    super().__init__(problem)
+    self.problem, self.problem_mark = problem, mark
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
+  """Values `node` stands for with every alias expanded (memoized by node)."""
+  if id(node) not in sizes:
+    if isinstance(node, yaml.MappingNode):
+      children = [n for pair in node.value for n in pair]
+    elif isinstance(node, yaml.SequenceNode):
+      children = node.value
+    else:
+      children = []
+    sizes[id(node)] = 1 + sum(_expanded_size(child, sizes) for child in children)
+  return sizes[id(node)]
+
+
 class ConfigLoader(yaml.SafeLoader):
-  """`yaml.SafeLoader` with scientific-notation floats and duplicate keys refused."""
+  """`yaml.SafeLoader` with scientific-notation floats and duplicate keys
+  refused, and too deep or too large (alias-expanded) documents refused."""
+
+  _depth = 0
+
+  def compose_node(self, parent, index):
+    self._depth += 1
+    try:
+      if self._depth > MAX_DEPTH:
+        raise TooLargeError(f"nested more than {MAX_DEPTH} levels deep",
+                            self.peek_event().start_mark)
+      return super().compose_node(parent, index)
+    finally:
+      self._depth -= 1
+
+  def compose_document(self):
+    node = super().compose_document()
+    # Aliases share nodes: the graph is small, its expansion need not be.
+    try:
+      size = _expanded_size(node, {})
+    except RecursionError:  # a chain of aliases, each nesting the previous
+      raise TooLargeError(f"nested more than {MAX_DEPTH} levels deep through aliases",
+                          node.start_mark) from None
+    if size > MAX_NODES:
+      raise TooLargeError(f"more than {MAX_NODES:,} values once its aliases (*name) are"
+                          " expanded", node.start_mark)
+    return node
 
   def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
     seen = set()
