@@ -22,7 +22,8 @@ import numpy as np
 
 from fedsim.config.typed import bounded
 from fedsim.data import DATASETS
-from fedsim.data.federated import ClientBatching, Examples, FederatedData, generated_clients
+from fedsim.data.federated import ClientBatching, Examples, FederatedData
+from fedsim.data.lazy_clients import generated_clients
 from fedsim.seeds import EMNIST_CLIENT_SUBSTREAM, EMNIST_TEST_SUBSTREAM, GENERATE_STREAM
 
 SIDE = 28

@@ -25,7 +25,8 @@ import numpy as np
 
 from fedsim.config.typed import bounded
 from fedsim.data import DATASETS
-from fedsim.data.federated import ClientBatching, Examples, FederatedData, generated_clients
+from fedsim.data.federated import ClientBatching, Examples, FederatedData
+from fedsim.data.lazy_clients import generated_clients
 from fedsim.seeds import GENERATE_STREAM, LEAF_CLIENT_SUBSTREAM, LEAF_SHARED_SUBSTREAM
 
 MIN_CLIENT_EXAMPLES = 50

@@ -27,7 +27,8 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from fedsim.config.typed import bounded
-from fedsim.data.federated import ClientBatching, Examples, FederatedData, LazyClients
+from fedsim.data.federated import ClientBatching, Examples, FederatedData
+from fedsim.data.lazy_clients import LazyClients
 from fedsim.errors import UserError
 from fedsim.seeds import PARTITION_STREAM, SPLIT_STREAM
 

@@ -8,8 +8,9 @@ import pytest
 from fedsim.config.typed import parse
 from fedsim.data import DATASETS, emnist_synthetic, leaf_synthetic
 from fedsim.data.describe import summary
-from fedsim.data.federated import (DESCRIBE_CLIENTS, Examples, FederatedData, LazyClients,
-                                   federate, num_examples, with_holdout)
+from fedsim.data.federated import (DESCRIBE_CLIENTS, Examples, FederatedData, federate,
+                                   num_examples, with_holdout)
+from fedsim.data.lazy_clients import LazyClients
 from fedsim.seeds import GENERATE_STREAM
 
 
