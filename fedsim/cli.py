@@ -14,7 +14,8 @@ import shlex
 import sys
 from typing import Sequence
 
-from fedsim.errors import HostError, RunFailed, UserError, host_error
+from fedsim import host_limits
+from fedsim.errors import HostError, RunFailed, UserError, host_error, one_line
 from fedsim.plugins import load_plugins
 
 
@@ -253,8 +254,15 @@ def main(argv: Sequence[str] | None = None) -> int:
   handlers = {"run": _run, "validate": _validate, "list": _list, "compare": _compare,
               "status": _status, "data": _data}
   try:
+    if args.command in ("run", "data") and (limit := host_limits.check_address_space()):
+      raise UserError(limit)
     load_plugins(getattr(args, "plugins", []), os.getcwd(), key="--plugin")
     return handlers[args.command](args)
+  except (MemoryError, ImportError, RuntimeError) as e:
+    if not host_limits.is_out_of_memory(e):
+      raise  # a bug: keeps its traceback
+    print(f"fedsim: error: out of memory ({one_line(e)}){_hint(e)}", file=sys.stderr)
+    return 1
   except UserError as e:
     print(f"fedsim: error: {e}", file=sys.stderr)
     return e.exit_code
