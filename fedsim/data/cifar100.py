@@ -19,7 +19,7 @@ import numpy as np
 
 from fedsim.config.typed import bounded
 from fedsim.data import DATASETS
-from fedsim.data import tff_files
+from fedsim.data import tff_files, tff_sqlite
 from fedsim.data.federated import Examples, FederatedData
 
 SIDE = 32
@@ -37,7 +37,7 @@ class Cifar100Params(tff_files.TffFileParams):
 def decode(records: Sequence[bytes], *, path: pathlib.Path, key: str,
            coarse: bool) -> Examples:
   """x float32 [n, 32, 32, 3] in [0, 1], y int32 [n]."""
-  parsed = tff_files.parse(records, FEATURES, path=path, key=key)
+  parsed = tff_sqlite.parse(records, FEATURES, path=path, key=key)
   x = parsed["image"].astype(np.float32) / 255.0
   return Examples(x, parsed["coarse_label" if coarse else "label"].astype(np.int32))
 

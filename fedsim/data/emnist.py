@@ -23,7 +23,7 @@ import numpy as np
 
 from fedsim.config.typed import bounded
 from fedsim.data import DATASETS
-from fedsim.data import tff_files
+from fedsim.data import tff_files, tff_sqlite
 from fedsim.data.federated import Examples, FederatedData
 
 SIDE = 28
@@ -41,7 +41,7 @@ class EmnistParams(tff_files.TffFileParams):
 def decode(records: Sequence[bytes], *, path: pathlib.Path, key: str,
            invert: bool) -> Examples:
   """x float32 [n, 28, 28, 1] in [0, 1], y int32 [n]."""
-  parsed = tff_files.parse(records, FEATURES, path=path, key=key)
+  parsed = tff_sqlite.parse(records, FEATURES, path=path, key=key)
   x = parsed["pixels"].astype(np.float32, copy=False).reshape(-1, SIDE, SIDE, 1)
   if invert:
     x = 1.0 - x

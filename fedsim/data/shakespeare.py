@@ -25,7 +25,7 @@ import numpy as np
 
 from fedsim.config.typed import bounded
 from fedsim.data import DATASETS
-from fedsim.data import tff_files
+from fedsim.data import tff_files, tff_sqlite
 from fedsim.data.federated import Examples, FederatedData
 
 # TFF's CHAR_VOCAB (tutorial "Federated Learning for Text Generation"); all ASCII.
@@ -65,7 +65,7 @@ def windows(tokens: np.ndarray, sequence_length: int) -> Examples:
 def decode(records: Sequence[bytes], *, path: pathlib.Path, key: str,
            sequence_length: int) -> Examples:
   """One client's snippets as windows: x, y int32 [n, sequence_length]."""
-  snippets = tff_files.parse(records, FEATURES, path=path, key=key)["snippets"]
+  snippets = tff_sqlite.parse(records, FEATURES, path=path, key=key)["snippets"]
   text = [tokenize(s.decode("utf-8", errors="replace")) for s in snippets]
   stream = np.concatenate(text) if text else np.zeros(0, np.int32)
   return windows(stream, sequence_length)

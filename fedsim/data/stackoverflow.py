@@ -29,7 +29,7 @@ import numpy as np
 
 from fedsim.config.typed import bounded
 from fedsim.data import DATASETS
-from fedsim.data import tff_files
+from fedsim.data import tff_files, tff_sqlite
 from fedsim.data.federated import Examples, FederatedData
 
 # TFF's parse spec for stackoverflow.sqlite; fedsim reads only `tokens`.
@@ -47,7 +47,7 @@ class StackOverflowParams(tff_files.TffFileParams):
 
 def sentences(records: Sequence[bytes], *, path: pathlib.Path, key: str) -> list[list[str]]:
   """The words of each serialized example."""
-  tokens = tff_files.parse(records, FEATURES, path=path, key=key)["tokens"]
+  tokens = tff_sqlite.parse(records, FEATURES, path=path, key=key)["tokens"]
   return [t.decode("utf-8", errors="replace").split() for t in tokens]
 
 
@@ -77,8 +77,8 @@ def decode(records: Sequence[bytes], *, path: pathlib.Path, key: str,
 @DATASETS.register("stackoverflow", params=StackOverflowParams)
 def build(params: StackOverflowParams, seed: int, *, key: str = "data") -> FederatedData:
   """Stack Overflow (TFF's file, offline): next-word prediction, one client per user."""
-  train = tff_files.open_split("stackoverflow", params.cache_dir, "train", key=key)
-  test_split = tff_files.open_split("stackoverflow", params.cache_dir, "test", key=key)
+  train = tff_sqlite.open_split("stackoverflow", params.cache_dir, "train", key=key)
+  test_split = tff_sqlite.open_split("stackoverflow", params.cache_dir, "test", key=key)
   wanted = params.num_clients and min(params.num_clients, len(train.client_ids))
   ids = tff_files.choose_clients(train.client_ids, wanted, seed, key=key)
   counts = collections.Counter()

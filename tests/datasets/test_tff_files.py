@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from fedsim.data import tff_files
+from fedsim.data.tff_sqlite import locate, open_split, parse
 from fedsim.errors import UserError
 from tests.datasets import tff_sqlite
 
@@ -11,7 +12,7 @@ from tests.datasets import tff_sqlite
 def test_missing_file_names_path_and_source(tmp_path):
   path = tmp_path / "emnist_all.sqlite"
   with pytest.raises(UserError) as e:
-    tff_files.open_split("emnist", str(tmp_path), "digits_only_train", key="data")
+    open_split("emnist", str(tmp_path), "digits_only_train", key="data")
   assert str(e.value) == (
       f"data.cache_dir: {path} not found (fedsim never downloads); TFF publishes it at"
       " https://storage.googleapis.com/tff-datasets-public/emnist_all.sqlite.lzma:"
@@ -21,7 +22,7 @@ def test_missing_file_names_path_and_source(tmp_path):
 def test_cache_dir_expands_home(monkeypatch, tmp_path):
   monkeypatch.setenv("HOME", str(tmp_path))
   tff_sqlite.write(tmp_path / "cifar100.sqlite", tff_sqlite.cifar100_rows())
-  assert tff_files.locate("cifar100", "~") == tmp_path / "cifar100.sqlite"
+  assert locate("cifar100", "~") == tmp_path / "cifar100.sqlite"
 
 
 def test_truncated_file_is_rejected(tmp_path):
@@ -29,14 +30,14 @@ def test_truncated_file_is_rejected(tmp_path):
   data = path.read_bytes()
   path.write_bytes(data[:len(data) // 2])
   with pytest.raises(UserError, match=f"{path} is truncated"):
-    tff_files.open_split("shakespeare", str(tmp_path), "train")
+    open_split("shakespeare", str(tmp_path), "train")
 
 
 @pytest.mark.parametrize("content", [b"", b"\xfd7zXZ\x00" + bytes(200)], ids=["empty", "xz"])
 def test_non_sqlite_file_is_rejected(tmp_path, content):
   (tmp_path / "shakespeare.sqlite").write_bytes(content)
   with pytest.raises(UserError, match="is not a SQLite file"):
-    tff_files.open_split("shakespeare", str(tmp_path), "train")
+    open_split("shakespeare", str(tmp_path), "train")
 
 
 def test_corrupt_pages_are_rejected(tmp_path):
@@ -45,7 +46,7 @@ def test_corrupt_pages_are_rejected(tmp_path):
   data[4096:8192] = b"\xff" * 4096  # the second page: garbage, same length
   path.write_bytes(bytes(data))
   with pytest.raises(UserError, match=f"{path} is (corrupt|damaged)"):
-    split = tff_files.open_split("shakespeare", str(tmp_path), "train")
+    split = open_split("shakespeare", str(tmp_path), "train")
     for cid in split.client_ids:
       split.records(cid)
 
@@ -57,12 +58,12 @@ def test_missing_table_is_rejected(tmp_path):
     db.execute("CREATE TABLE examples (split_name, client_id, serialized_example_proto)")
   db.close()
   with pytest.raises(UserError, match="table 'client_metadata' lacks client_id, num_examples"):
-    tff_files.open_split("cifar100", str(tmp_path), "train")
+    open_split("cifar100", str(tmp_path), "train")
 
 
 def test_unknown_split_is_rejected(cache_dir):
   with pytest.raises(UserError, match="has no clients in split 'heldout'"):
-    tff_files.open_split("cifar100", str(cache_dir), "heldout")
+    open_split("cifar100", str(cache_dir), "heldout")
 
 
 def test_rows_missing_for_metadata_are_damage(tmp_path):
@@ -72,7 +73,7 @@ def test_rows_missing_for_metadata_are_damage(tmp_path):
     db.execute("DELETE FROM examples WHERE rowid = (SELECT MAX(rowid) FROM examples"
                " WHERE split_name = 'train' AND client_id = '1')")
   db.close()
-  split = tff_files.open_split("cifar100", str(tmp_path), "train")
+  split = open_split("cifar100", str(tmp_path), "train")
   assert len(split.records("0")) == 3
   with pytest.raises(UserError, match="client '1' has 2 rows in split 'train', its metadata"
                      " says 3"):
@@ -80,17 +81,17 @@ def test_rows_missing_for_metadata_are_damage(tmp_path):
 
 
 def test_records_keep_file_order_with_or_without_index(cache_dir):
-  split = tff_files.open_split("cifar100", str(cache_dir), "train")
+  split = open_split("cifar100", str(cache_dir), "train")
   assert split.client_ids == ("0", "1")
-  parsed = tff_files.parse(split.records("1"), {"label": ((), "int64")}, path=split.path)
+  parsed = parse(split.records("1"), {"label": ((), "int64")}, path=split.path)
   np.testing.assert_array_equal(parsed["label"], [7, 8, 9])
   assert split.fetch([6, 1]) == [*split.records("1")[2:], *split.records("0")[:1]]
 
 
 def test_parse_failure_names_file(cache_dir):
-  split = tff_files.open_split("cifar100", str(cache_dir), "train")
+  split = open_split("cifar100", str(cache_dir), "train")
   with pytest.raises(UserError, match=f"{split.path} holds examples that do not parse"):
-    tff_files.parse(split.records("0"), {"pixels": ((28, 28), "float32")}, path=split.path)
+    parse(split.records("0"), {"pixels": ((28, 28), "float32")}, path=split.path)
 
 
 def test_choose_clients_is_a_seeded_sorted_subset():

@@ -17,7 +17,7 @@ from typing import Any, Iterator, Sequence
 
 from fedsim.experiment.config.schema import ExperimentConfig
 from fedsim.config.typed import Component
-from fedsim.data import tff_files
+from fedsim.data import tff_files, tff_sqlite
 from fedsim.errors import UserError
 from fedsim.registry import resolve
 
@@ -71,8 +71,8 @@ def _check(config: ExperimentConfig) -> Iterator[str]:
 
 def _data_files(config: ExperimentConfig) -> Iterator[str]:
   params = config.data.params
-  if config.data.name in tff_files.FILES and isinstance(params, tff_files.TffFileParams):
-    path = tff_files.locate(config.data.name, params.cache_dir, key="data")
+  if config.data.name in tff_sqlite.FILES and isinstance(params, tff_files.TffFileParams):
+    path = tff_sqlite.locate(config.data.name, params.cache_dir, key="data")
     yield f"not checked: the contents of {path} (read when a run opens it)"
 
 
