@@ -2,6 +2,7 @@
 
     uv run python bench/stateful.py                # ~2 min on 2 cores
     uv run python bench/stateful.py --rounds 30 --runtimes inprocess,local
+    uv run python bench/stateful.py --ray-check   # also: ray (2 workers) = inprocess?
 
 Each row is a W2 round (`mlp` 784-200-200-10, 10 clients x 100 examples of
 `emnist_synthetic`, batch 20, 1 epoch) played as the run loop plays it: the
@@ -11,6 +12,8 @@ run.py's `interleaved_ms`), so load on a shared machine slows them alike; the
 ratios printed are each stateful variant over its stateless twin:
   fedavg_top1 (top-1% upload)  vs  fedavg_top1_ef (the same with error feedback);
   fedavg                        vs  scaffold.
+`fedprox` (mu 0.01) is stateless: it shows what one more pass over the model per
+local step costs on this memory-bound workload, as SCAFFOLD's correction does.
 """
 
 from __future__ import annotations
@@ -37,8 +40,9 @@ VARIANTS = {
     "fedavg_top1": ({}, TOP1),
     "fedavg_top1_ef": ({}, [{**TOP1[0], "error_feedback": True}]),
     "scaffold": ({"name": "scaffold"}, []),
+    "fedprox": ({"name": "fedprox", "mu": 0.01}, []),
 }
-PAIRS = (("fedavg_top1_ef", "fedavg_top1"), ("scaffold", "fedavg"))
+PAIRS = (("fedavg_top1_ef", "fedavg_top1"), ("scaffold", "fedavg"), ("fedprox", "fedavg"))
 
 
 def variant_config(variant: str, runtime: str) -> dict:
@@ -75,11 +79,28 @@ def round_fn(variant: str, runtime: str, tmp: pathlib.Path):
   return play, sim.runtime_notice
 
 
+def ray_check(rounds: int = 3) -> dict[str, float]:
+  """Max |weight difference| after `rounds` full runs on `ray` (a private instance,
+  2 workers) and on `inprocess`, per stateful variant."""
+  import fedsim
+  out = {}
+  for variant in ("fedavg_top1_ef", "scaffold"):
+    runs = {}
+    for runtime in ({"name": "inprocess"}, {"name": "ray", "workers": 2}):
+      config = {**variant_config(variant, "inprocess"), "rounds": rounds, "runtime": runtime}
+      with tempfile.TemporaryDirectory() as tmp:
+        runs[runtime["name"]] = fedsim.run(config, logdir=tmp, progress=False).final_weights
+    out[variant] = max(float(abs(a - b).max()) for a, b in zip(runs["ray"], runs["inprocess"]))
+  return out
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--rounds", type=int, default=20)
   parser.add_argument("--warmup", type=int, default=2)
   parser.add_argument("--runtimes", default="inprocess")
+  parser.add_argument("--ray-check", action="store_true",
+                      help="then run each stateful variant 3 rounds on ray and inprocess")
   args = parser.parse_args(argv)
   print(f"TensorFlow pools set as for runtime.threads: clients: {THREADS_SET}")
   with workloads.tff_session(), tempfile.TemporaryDirectory() as tmp:
@@ -93,6 +114,9 @@ def main(argv=None) -> int:
       print(f"{runtime}: " + ", ".join(f"{v} {t:.1f}" for v, t in ms.items()) + " ms/round")
       for stateful, twin in PAIRS:
         print(f"  {stateful} / {twin}: {ms[stateful] / ms[twin]:.2f}x")
+  if args.ray_check:
+    for variant, diff in ray_check().items():
+      print(f"ray (2 workers) vs inprocess, {variant}, 3 rounds: max |weight difference| {diff:.1e}")
   return 0
 
 
