@@ -12,7 +12,7 @@ after the stream id; those words are registered here too.
 
 Not covered here: TensorFlow's stateless ops are seeded by their own tuples
 (DP noise in aggregation/private.py, encoders' rounding noise in
-compression/tensor_encoding_api.py).
+compression/noise_seeds.py).
 """
 
 from __future__ import annotations

@@ -57,17 +57,15 @@ def _identity(params: NoParams) -> Any:
 @ENCODERS.register("uniform", params=QuantizationParams)
 def _uniform(params: QuantizationParams) -> Any:
   """Uniform quantization between the tensor's min and max, bit-packed."""
-  from fedsim.compression import tensor_encoding_api as te_api
-  return te_api.quantization_encoder(
-      params.bits, params.rounding == "stochastic", rotate=False)
+  from fedsim.compression.encoders import quantization_encoder
+  return quantization_encoder(params.bits, params.rounding == "stochastic", rotate=False)
 
 
 @ENCODERS.register("hadamard", params=QuantizationParams)
 def _hadamard(params: QuantizationParams) -> Any:
   """Randomized Hadamard rotation (pads to a power of two), then uniform quantization."""
-  from fedsim.compression import tensor_encoding_api as te_api
-  return te_api.quantization_encoder(
-      params.bits, params.rounding == "stochastic", rotate=True)
+  from fedsim.compression.encoders import quantization_encoder
+  return quantization_encoder(params.bits, params.rounding == "stochastic", rotate=True)
 
 
 def register_encoder(name: str, params: type = NoParams, replace: bool = False, *,

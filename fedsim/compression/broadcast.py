@@ -39,7 +39,7 @@ def build_encoded_broadcast(
       through this process).
     seed: the run seed; the encoders' random draws are seeded by (seed, the
       round: a counter of `next` calls in the state, the tensor's flat index,
-      the values encoded): see `tensor_encoding_api.noise_seed`.
+      the values encoded): see `noise_seeds.noise_seed`.
 
   Returns:
     A process whose state@SERVER is `{'encoders': the encoders' states (empty

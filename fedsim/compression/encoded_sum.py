@@ -13,7 +13,7 @@ round sizes the same upload.
 
 The state also counts the rounds this sum has run; with `round_noise`, the
 count goes to the clients with the encoder parameters (an int32: 32 bits
-down) and is folded into their noise (`tensor_encoding_api.noise_round`).
+down) and is folded into their noise (`noise_seeds.noise_round`).
 """
 
 from __future__ import annotations

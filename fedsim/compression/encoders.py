@@ -1,10 +1,12 @@
-"""Which encoder each tensor of a value gets.
+"""Which encoder each tensor of a value gets, and the encoders built here.
 
 A direction's encoder applies to floating-point tensors with at least
 `min_elements` elements (or more than `threshold`); every other tensor gets
 the identity encoder, since
 quantizing a small tensor saves few bits and its error weighs more per
-parameter, and the quantizers only handle floats.
+parameter, and the quantizers only handle floats. A registered builder's
+result becomes an `Encoder` through `as_encoder`; the built-in `uniform` and
+`hadamard` encoders are `quantization_encoder`'s chain.
 """
 
 from __future__ import annotations
@@ -49,7 +51,41 @@ def encoder_for(spec: tf.TensorSpec, direction: DirectionSpec | None) -> te_api.
   if direction is None or not is_encoded(spec, direction.min_elements, direction.threshold):
     return te_api.identity_encoder()
   entry = ENCODERS.get(direction.encoder.name)
-  return te_api.as_encoder(entry.build(direction.encoder.params))
+  return as_encoder(entry.build(direction.encoder.params))
+
+
+def as_encoder(built: Any) -> te_api.Encoder:
+  """`built` as an `Encoder`: an Encoder is kept, a single encoding stage is wrapped.
+
+  Raises:
+    TypeError: if `built` is neither.
+  """
+  if isinstance(built, te_api.Encoder):
+    return built
+  if isinstance(built, (te_api.EncodingStageInterface, te_api.AdaptiveEncodingStageInterface)):
+    return te_api.chain(built)
+  raise TypeError("an encoder builder must return a tensor_encoding Encoder or"
+                  f" encoding stage, got {type(built).__name__}")
+
+
+def quantization_encoder(bits: int, stochastic: bool, rotate: bool) -> te_api.Encoder:
+  """Flatten, optional randomized Hadamard rotation, uniform quantization, bit packing.
+
+  Quantization maps [min, max] of the (rotated) vector onto 2**bits - 1 equal
+  steps; min and max travel with the packed values as two floats. Packing
+  writes the values' bits back to back, 28 to an int32 (so that a varint stays
+  4 bytes): about bits * 32 / 28 bits per element on the wire.
+  The rotation pads the vector with zeros to the next power of two; its signs'
+  seed (int32[2], 64 bits) travels with the encoded value. Random draws are
+  seeded by `noise_seeds.noise_seed` (the values encoded, salted with the run
+  seed and the tensor's index), so encoding is a pure function.
+  """
+  steps = [te_api.stages.FlattenEncodingStage()]
+  if rotate:
+    steps.append(te_api.SeededHadamardStage())
+  steps.append(te_api.SeededUniformQuantizationStage(bits, stochastic=stochastic))
+  steps.append(te_api.stages.BitpackingEncodingStage(bits))
+  return te_api.chain(*steps)
 
 
 def tensor_specs(value_type: tff.Type) -> Any:

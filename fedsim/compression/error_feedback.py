@@ -3,7 +3,7 @@
 Each client keeps a residual e (what its encoder dropped). When sampled it
 sends C(u + e) and keeps e <- (u + e) - C(u + e). fedsim's encoders are pure
 functions of the values encoded, the run seed and the tensor's flat index
-(`tensor_encoding_api.noise_seed`), so a client can compute C(u + e) itself
+(`noise_seeds.noise_seed`), so a client can compute C(u + e) itself
 with the encoder the aggregation will use and hand u + e to the aggregation,
 which encodes it to the very same bits. No encoded value crosses the wire
 twice; the residual never leaves the client.

@@ -43,7 +43,7 @@ def build_encoded_sum(spec: DirectionSpec | None,
 
   The encoders' random draws are seeded by (`seed`, the round, the tensor's
   flat index in the value, the values encoded): see
-  `tensor_encoding_api.noise_seed`; with `spec.error_feedback` the round is
+  `noise_seeds.noise_seed`; with `spec.error_feedback` the round is
   left out, since the client reproduces its encoding without it. The
   server measures what each client sent (measurement `wire`, see
   `fedsim.compression.encoded_sum`).

@@ -3,7 +3,7 @@
 Each entry is a chain of tensor_encoding stages: fedsim's own (in
 `fedsim.compression.stages`) or tensor_encoding's, ending in bit packing where
 the symbols are small integers (28 bits to an int32, see
-`tensor_encoding_api.quantization_encoder`). Wire cost per encoded tensor of
+`encoders.quantization_encoder`). Wire cost per encoded tensor of
 n elements (n' = n padded to a power of two where a rotation pads):
 
   qsgd      ceil(n * b / 28) int32, b = ceil(log2(2 * levels + 1)), + 1 float scale

@@ -1,124 +1,42 @@
 """fedsim's one doorway to tensor_encoding.
 
 tensor_encoding lives under tfmot's `internal` package and TFF 0.88 deleted
-both `tff.aggregators.EncodedSumFactory` and the tfmot dependency, so every
-use of tensor_encoding is kept in this module: an upgrade rewrites this file
-only. fedsim's encoded sum (`fedsim.compression.encoded_sum`) is its own,
-built on TFF's public intrinsics, so that deletion does not touch it.
+both `tff.aggregators.EncodedSumFactory` and the tfmot dependency, so
+tensor_encoding is imported, and its internals read, in this module only: an
+upgrade rewrites this file (other modules use the names it exports). fedsim's
+encoded sum (`fedsim.compression.encoded_sum`) is its own, built on TFF's
+public intrinsics, so that deletion does not touch it.
 
 User encoders (see `fedsim.compression.register_encoder`) may use the names
 re-exported here: `stages` (built-in encoding stages), `EncodingStageInterface`
 and `tf_style_encoding_stage` (to write a stage), `Encoder` and `chain`.
 `SeededUniformQuantizationStage` and `SeededHadamardStage` replace the
 built-in stages of the same kind where a run must repeat: tensor_encoding's
-draw unseeded random numbers inside the computation.
-
-Noise seeds. Every random draw of a fedsim stage (stochastic rounding,
-rotation signs, random-k coordinates) is a stateless draw seeded by
-`noise_seed(x, salt)`: the 64-bit fingerprint of the values `x` being encoded
-XOR a 64-bit salt, with the round folded in when the encoding runs inside
-`noise_round(r)`. The salt is `SeedSequence([run seed, tensor index])` and is
-fixed when the stage is built (`noise_key(run_seed, tensor_index)` around the
-encoder builder; the tensor index is its position in the flattened value).
-The round is a counter in the encode stage's server state (sent to clients
-with the encoder parameters for an upload). So noise is a pure function of
-(run seed, round, tensor, values): runs repeat bit for bit, a different run
-seed gives different noise, and the same values encoded in two rounds draw
-different noise. Inside TFF's aggregation a client does not know its id; its
-values stand in for it (two clients sending identical values in one round
-draw identical noise). A user stage that draws noise should do the same:
-take `salt_or_current(None)` in its constructor and seed its stateless draws
-with `noise_seed(x, salt)`.
+draw unseeded random numbers inside the computation; their noise seeds are
+`fedsim.compression.noise_seeds`' (`noise_key`, `noise_round`, `noise_seed`,
+`salt_or_current`, re-exported here for user stages). What a bit-packing
+stage writes is read here (`packing_bits`, `unpack_symbols`) and analysed in
+`fedsim.compression.bit_packing`; the built-in encoders are assembled in
+`fedsim.compression.encoders`.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
-import contextvars
-from typing import Any, Iterator
+from typing import Any
 
-import numpy as np
 import tensorflow as tf
 from tensorflow_model_optimization.python.core.internal import tensor_encoding as te
 from tensorflow_model_optimization.python.core.internal.tensor_encoding.utils import tf_utils
+
+from fedsim.compression.noise_seeds import (noise_key, noise_round,  # noqa: F401 (re-exported)
+                                            noise_salt, noise_seed, salt_or_current)
 
 Encoder = te.core.Encoder
 EncodingStageInterface = te.core.EncodingStageInterface
 AdaptiveEncodingStageInterface = te.core.AdaptiveEncodingStageInterface
 tf_style_encoding_stage = te.core.tf_style_encoding_stage
 stages = te.stages
-
-_STAGE_TYPES = (EncodingStageInterface, AdaptiveEncodingStageInterface)
-
-
-_NOISE_KEY: contextvars.ContextVar[tuple[int, int]] = contextvars.ContextVar(
-    "fedsim_noise_key", default=(0, 0))
-
-
-@contextlib.contextmanager
-def noise_key(run_seed: int, tensor_index: int) -> Iterator[None]:
-  """Stages built inside this block salt their noise with (run_seed, tensor_index)."""
-  token = _NOISE_KEY.set((int(run_seed), int(tensor_index)))
-  try:
-    yield
-  finally:
-    _NOISE_KEY.reset(token)
-
-
-_NOISE_ROUND: contextvars.ContextVar[Any] = contextvars.ContextVar(
-    "fedsim_noise_round", default=None)
-
-
-@contextlib.contextmanager
-def noise_round(round_index: Any) -> Iterator[None]:
-  """Stages *encoding* inside this block fold `round_index` (an int32 scalar,
-  tensor or int; None: no round) into their noise seeds (see `noise_seed`)."""
-  token = _NOISE_ROUND.set(round_index)
-  try:
-    yield
-  finally:
-    _NOISE_ROUND.reset(token)
-
-
-def noise_salt(run_seed: int | None = None, tensor_index: int = 0) -> np.ndarray:
-  """int32[2]: the salt of (run_seed, tensor_index); both None: the current `noise_key`.
-
-  The salt is the first 64 bits of NumPy's `SeedSequence([run_seed mod 2**64,
-  tensor_index])`, so nearby seeds give unrelated salts.
-  """
-  if run_seed is None:
-    run_seed, tensor_index = _NOISE_KEY.get()
-  words = np.random.SeedSequence([run_seed % 2**64, tensor_index]).generate_state(2, np.uint32)
-  return words.view(np.int32)
-
-
-def _fingerprint_seed(x: tf.Tensor) -> tf.Tensor:
-  """int32[2]: the 8 bytes of a fingerprint of `x`'s values."""
-  fingerprint = tf.fingerprint(tf.reshape(x, [1, -1]))   # uint8[1, 8]
-  return tf.bitcast(tf.reshape(fingerprint, [2, 4]), tf.int32)
-
-
-def noise_seed(x: tf.Tensor, salt: Any) -> tf.Tensor:
-  """int32[2], a stateless-RNG seed: the fingerprint of `x`'s values XOR `salt`,
-  with the current `noise_round` folded in (`stateless_fold_in`) if one is set.
-
-  Seeding with the values encoded makes encoding a pure function (same run,
-  same bits: reruns and resumed checkpoints match), while clients' updates,
-  which differ, draw unrelated noise; the salt (see `noise_salt`) brings in
-  the run seed and the tensor, the round makes a value repeated in a later
-  round draw new noise.
-  """
-  seed = tf.bitwise.bitwise_xor(_fingerprint_seed(x), tf.cast(salt, tf.int32))
-  round_index = _NOISE_ROUND.get()
-  if round_index is None:
-    return seed
-  return tf.random.experimental.stateless_fold_in(seed, tf.cast(round_index, tf.int32))
-
-
-def salt_or_current(salt: Any) -> Any:
-  """`salt` if given (an int32[2] array or tensor), else the current `noise_key`'s salt."""
-  return noise_salt() if salt is None else salt
 
 
 class SeededUniformQuantizationStage(te.stages.UniformQuantizationEncodingStage):
@@ -345,40 +263,6 @@ def identity_encoder() -> Encoder:
   return te.encoders.identity()
 
 
-def quantization_encoder(bits: int, stochastic: bool, rotate: bool) -> Encoder:
-  """Flatten, optional randomized Hadamard rotation, uniform quantization, bit packing.
-
-  Quantization maps [min, max] of the (rotated) vector onto 2**bits - 1 equal
-  steps; min and max travel with the packed values as two floats. Packing
-  writes the values' bits back to back, 28 to an int32 (so that a varint stays
-  4 bytes): about bits * 32 / 28 bits per element on the wire.
-  The rotation pads the vector with zeros to the next power of two; its signs'
-  seed (int32[2], 64 bits) travels with the encoded value. Random draws are
-  seeded by `noise_seed` (the values encoded, salted with the run seed and the
-  tensor's index), so encoding is a pure function.
-  """
-  steps = [stages.FlattenEncodingStage()]
-  if rotate:
-    steps.append(SeededHadamardStage())
-  steps.append(SeededUniformQuantizationStage(bits, stochastic=stochastic))
-  steps.append(stages.BitpackingEncodingStage(bits))
-  return chain(*steps)
-
-
-def as_encoder(built: Any) -> Encoder:
-  """`built` as an `Encoder`: an Encoder is kept, a single encoding stage is wrapped.
-
-  Raises:
-    TypeError: if `built` is neither.
-  """
-  if isinstance(built, Encoder):
-    return built
-  if isinstance(built, _STAGE_TYPES):
-    return chain(built)
-  raise TypeError("an encoder builder must return a tensor_encoding Encoder or"
-                  f" encoding stage, got {type(built).__name__}")
-
-
 def simple_encoder(encoder: Encoder, spec: tf.TensorSpec) -> te.core.SimpleEncoder:
   """`encoder` bound to one tensor spec for one-to-many use (server -> clients)."""
   return te.encoders.as_simple_encoder(encoder, spec)
@@ -389,7 +273,7 @@ def gather_encoder(encoder: Encoder, spec: tf.TensorSpec) -> te.core.GatherEncod
   return te.encoders.as_gather_encoder(encoder, spec)
 
 
-def _packing_bits(stage: Any) -> int | None:
+def packing_bits(stage: Any) -> int | None:
   """The input bits of a bit-packing stage under fedsim's and tensor_encoding's
   wrappers, or None if `stage` does not pack bits."""
   while True:
@@ -401,66 +285,9 @@ def _packing_bits(stage: Any) -> int | None:
     stage = inner
 
 
-def _without_packing(encoder: Encoder) -> tuple[Encoder, dict[str, int]]:
-  """`encoder` with its bit-packing leaves removed, and the bits each packed (by key path)."""
-  children, bits = {}, {}
-  for key, child in encoder.children.items():
-    packed = _packing_bits(child.stage)
-    if packed is not None and not child.children:
-      bits[key] = packed
-    else:
-      children[key], inner = _without_packing(child)
-      bits.update({f"{key}/{k}": b for k, b in inner.items()})
-  return te.core.Encoder(encoder.stage, children), bits
-
-
-BITPACKED_KEY = te.stages.BitpackingEncodingStage.ENCODED_VALUES_KEY
 _PACKED_TO = 28   # bits of each int32 that bit packing fills
-
-
-def packing_layout(encoder: Encoder, spec: tf.TensorSpec) -> list[tuple[str, int, int | None]]:
-  """(path, bits, count) of each bit-packed output of `encoder` on a `spec` tensor.
-
-  `path` is the slash-joined key path of the packed tensor in the encoded
-  structure (its key ends with `path/BITPACKED_KEY`), `bits` the bits per
-  symbol and `count` how many symbols it packs (None when that depends on
-  the values). Traced, not run: no noise is drawn.
-  """
-  unpacked, bits = _without_packing(encoder)
-  if not bits:
-    return []
-
-  def encode(x):
-    encode_params, _ = unpacked.get_params(unpacked.initial_state())
-    encoded, _, _ = unpacked.encode(x, encode_params)
-    return {path: _find(encoded, path) for path in bits}
-
-  shapes = tf.function(encode).get_concrete_function(
-      tf.TensorSpec(spec.shape, spec.dtype)).structured_outputs
-  return [(path, b, shapes[path].shape.num_elements()) for path, b in bits.items()]
 
 
 def unpack_symbols(words: tf.Tensor, bits: int, count: int) -> tf.Tensor:
   """int32[count]: the `bits`-bit symbols bit packing wrote into the int32 `words`."""
   return tf.reshape(tf_utils.unpack_from_int(words, bits, _PACKED_TO, [count]), [-1])
-
-
-def _find(tree, path: str):
-  for key in path.split("/"):
-    tree = tree[key]
-  return tree
-
-
-def packed_symbols(encoder: Encoder, x: tf.Tensor) -> list[tuple[tf.Tensor, int]]:
-  """(symbols, bits) of every bit-packed output of encoding `x` with `encoder`.
-
-  The symbols are what bit packing would write (integers in [0, 2**bits), as
-  floats), drawn with the same noise as encoding `x` under the same
-  `noise_key`; [] if `encoder` packs nothing.
-  """
-  unpacked, bits = _without_packing(encoder)
-  if not bits:
-    return []
-  encode_params, _ = unpacked.get_params(unpacked.initial_state())
-  encoded, _, _ = unpacked.encode(x, encode_params)
-  return [(_find(encoded, path), b) for path, b in bits.items()]

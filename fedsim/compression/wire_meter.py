@@ -33,6 +33,7 @@ from typing import Mapping
 
 import tensorflow as tf
 
+from fedsim.compression import bit_packing
 from fedsim.compression import tensor_encoding_api as te_api
 from fedsim.compression.lossless import huffman_bits
 
@@ -99,8 +100,8 @@ class WireMeter:
   def of(cls, encoder: te_api.Encoder, spec: tf.TensorSpec,
          lossless: bool = False) -> "WireMeter":
     """The meter of `encoder` on tensors of `spec` (traces the encoder once)."""
-    return cls(tuple((f"{path}/{te_api.BITPACKED_KEY}", bits, count)
-                     for path, bits, count in te_api.packing_layout(encoder, spec)
+    return cls(tuple((f"{path}/{bit_packing.BITPACKED_KEY}", bits, count)
+                     for path, bits, count in bit_packing.packing_layout(encoder, spec)
                      if count is not None), lossless)
 
   def measure(self, encoded: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:

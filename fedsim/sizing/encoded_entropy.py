@@ -3,7 +3,7 @@
 This re-encodes values outside a round (the round itself measures its
 symbols, see `fedsim.compression.wire_meter`): with the same run seed, round
 index and tensor indices the noise is the same as in the round (see
-`tensor_encoding_api.noise_seed`), so for the broadcast, which encodes the
+`noise_seeds.noise_seed`), so for the broadcast, which encodes the
 server's model, these are the symbols that crossed the wire.
 Only bit-packed symbols count: floats (scales, top-k values), indices, seeds
 and tensors sent unencoded are not entropy-coded here.
@@ -20,6 +20,7 @@ import tensorflow as tf
 from fedsim.compression import DirectionSpec
 from fedsim.compression import huffman as huffman_code
 from fedsim.compression import tensor_encoding_api as te_api
+from fedsim.compression.bit_packing import packed_symbols
 from fedsim.compression.encoders import encoder_for
 from fedsim.sizing.entropy import entropy_bits, raw_bits
 
@@ -56,7 +57,7 @@ def encoded_entropy_bits(values: Sequence[np.ndarray], direction: DirectionSpec 
     with te_api.noise_key(seed, index):
       encoder = encoder_for(spec, direction)
     with te_api.noise_round(round_index):
-      packed = te_api.packed_symbols(encoder, tf.constant(value))
+      packed = packed_symbols(encoder, tf.constant(value))
     for symbols, bits in packed:
       symbols = np.round(symbols.numpy())
       raw += raw_bits(symbols.size, 2**bits)

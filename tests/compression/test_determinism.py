@@ -1,6 +1,6 @@
 """Compressed FedAvg runs repeat bit for bit: the encoders' randomness is seeded by
 the values they encode, salted by the run seed (see
-`fedsim.compression.tensor_encoding_api.noise_seed`)."""
+`fedsim.compression.noise_seeds.noise_seed`)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from fedsim.compression import parse_direction
 from fedsim.compression import tensor_encoding_api as te_api
-from fedsim.compression.encoders import encoder_for, is_encoded
+from fedsim.compression.encoders import as_encoder, encoder_for, is_encoded
 
 UNIFORM8 = parse_direction({"encoder": "uniform", "bits": 8}, "compression.broadcast")
 
@@ -197,7 +197,7 @@ def test_encoded_shapes_stay_static_in_a_reimported_graph(name, bits):
 
 def test_builder_returning_something_else_is_a_type_error():
   with pytest.raises(TypeError, match="must return a tensor_encoding Encoder or encoding stage"):
-    te_api.as_encoder("uniform")
+    as_encoder("uniform")
 
 
 def test_chain_needs_one_compressible_output_per_parent():

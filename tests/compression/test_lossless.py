@@ -82,13 +82,14 @@ def _packed(name, params, value):
   """(NumPy symbols, bits) of each bit-packed output of encoding `value`."""
   import tensorflow as tf
   from fedsim.compression import tensor_encoding_api as te_api
+  from fedsim.compression.bit_packing import packed_symbols
   from fedsim.compression.encoders import encoder_for
   direction = parse_direction({"encoder": name, "min_elements": 10, **params}, "aggregation[0]")
   spec = tf.TensorSpec(value.shape, tf.float32)
   with te_api.noise_key(SEED, 0):
     encoder = encoder_for(spec, direction)
   with te_api.noise_round(0):
-    packed = te_api.packed_symbols(encoder, tf.constant(value))
+    packed = packed_symbols(encoder, tf.constant(value))
   return [(np.round(s.numpy()).astype(np.int64).reshape(-1), b) for s, b in packed]
 
 

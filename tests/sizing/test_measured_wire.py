@@ -29,12 +29,13 @@ def _symbols(direction, value, index=0):
   """The packed symbols of `value` (NumPy), re-encoded without packing under the same noise."""
   import tensorflow as tf
   from fedsim.compression import tensor_encoding_api as te_api
+  from fedsim.compression.bit_packing import packed_symbols
   from fedsim.compression.encoders import encoder_for
   spec = tf.TensorSpec(value.shape, tf.float32)
   with te_api.noise_key(SEED, index):
     encoder = encoder_for(spec, direction)
   with te_api.noise_round(0):   # a sum's first round
-    packed = te_api.packed_symbols(encoder, tf.constant(value))
+    packed = packed_symbols(encoder, tf.constant(value))
   return [(np.round(s.numpy()).astype(np.int64), b) for s, b in packed]
 
 

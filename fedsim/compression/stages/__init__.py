@@ -9,7 +9,7 @@ so the compiled round sizes what crosses the wire exactly; `threshold`'s
 depend on the values and the server measures them each round
 (`fedsim.compression.wire_meter`; it is registered in
 `fedsim.compression.threshold`). Stages that draw noise seed it with
-`tensor_encoding_api.noise_seed`. None of them commutes with the sum (each
+`noise_seeds.noise_seed`. None of them commutes with the sum (each
 client has its own scale, coordinates or rotation): the server decodes each
 client's value before summing (`base.PerClientStage`).
 """

@@ -36,7 +36,7 @@ class StochasticLevelsStage(PerClientStage):
 
   Encoded: `symbols` (x's shape, integers 0 .. 2 * levels, as x's float dtype)
   and `scale` (a scalar). `salt` (int32[2]) defaults to the current
-  `noise_key`'s (see `tensor_encoding_api.noise_seed`).
+  `noise_key`'s (see `noise_seeds.noise_seed`).
   """
 
   ENCODED_VALUES_KEY = "symbols"
