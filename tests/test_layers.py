@@ -21,7 +21,7 @@ LAYERS = (
     {"fedsim.algorithms", "fedsim.runtime"},
     {"fedsim.reporting"},
     {"fedsim.experiment"},
-    {"fedsim.api", "fedsim.catalog", "fedsim.cli", "fedsim"},
+    {"fedsim.api", "fedsim.catalog", "fedsim.cli", "fedsim.host_limits", "fedsim"},
 )
 LAYER = {package: i for i, layer in enumerate(LAYERS) for package in layer}
 
