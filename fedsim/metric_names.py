@@ -9,6 +9,10 @@ ROUND = "round"
 TRAIN_LOSS = "train/loss"
 EVAL_ACCURACY = "eval/accuracy"
 EVAL_LOSS = "eval/loss"
+# Eval accuracy again at step = cumulative bits sent both ways, and at step =
+# simulated milliseconds (TensorBoard only): a chart has one x unit.
+EVAL_ACCURACY_BY_BITS = "eval/accuracy_by_bits"
+EVAL_ACCURACY_BY_SIMULATED_MS = "eval/accuracy_by_simulated_ms"
 
 # Both schedules (synchronous rounds and buffered server updates) log these.
 CLIENTS_AGGREGATED = "clients/aggregated"

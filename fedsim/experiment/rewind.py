@@ -4,11 +4,13 @@ A run killed after its checkpoint of round R has logged rounds R+1.. that
 will be run again. metrics.csv is cut by `CsvSink(resume_after_round=R)`;
 this module cuts the rest, so that every reader sees each round once:
 
-* TensorBoard event files (the run directory, `simulated_time/` and
-  `by_bits/`) are rewritten without the events logged after the checkpoint
-  was taken. The cut is by wall time, because the sub-directories' steps are
-  simulated milliseconds and bits, not rounds, and the HParams summary of a completed run (extended with more
-  rounds) is logged at step 0; in the run directory, steps after R go too.
+* TensorBoard event files of the run directory are rewritten without the
+  events logged after the checkpoint was taken. The cut is by wall time,
+  because the accuracy-by-bits and by-simulated-time tags step in bits and
+  milliseconds, not rounds, and the HParams session of a completed run
+  (extended with more rounds) is logged at step 0; the other tags also lose
+  their steps after R. (Runs written before those tags existed logged them
+  in `simulated_time/` and `by_bits/`: those are rewound too.)
   Rewriting beats TensorBoard's purge-on-restart (a SessionLog START event):
   other readers (EventAccumulator with purging off, tbparse, pandas) would
   still see the duplicates.
@@ -26,10 +28,13 @@ import re
 import shutil
 
 from fedsim.experiment.checkpoint import Checkpoint
+from fedsim.metric_names import EVAL_ACCURACY_BY_BITS, EVAL_ACCURACY_BY_SIMULATED_MS
 
 _EVENTS_PREFIX = "events.out.tfevents."
-TIME_DIR = "simulated_time"  # the run loop's TensorBoard log of simulated seconds
-BITS_DIR = "by_bits"  # eval accuracy at step = cumulative bits, both directions
+# The run's only tags whose steps are not rounds.
+_OFF_ROUND_TAGS = frozenset({EVAL_ACCURACY_BY_BITS, EVAL_ACCURACY_BY_SIMULATED_MS})
+# Where runs of earlier fedsim versions logged those two (as eval/accuracy).
+_OLD_LOG_DIRS = ("simulated_time", "by_bits")
 _ROUND_LINE = re.compile(r"round (\d+):")
 
 
@@ -41,8 +46,8 @@ def rewind_logs(run_dir: pathlib.Path, checkpoint: Checkpoint) -> None:
   """
   # Only the run loop's log directories: a recursive search would walk every
   # checkpoint's client-state links (thousands of files), which hold no events.
-  for log_dir, max_step in ((run_dir, checkpoint.round_num), (run_dir / TIME_DIR, None),
-                            (run_dir / BITS_DIR, None)):
+  for log_dir, max_step in ((run_dir, checkpoint.round_num),
+                            *((run_dir / old, None) for old in _OLD_LOG_DIRS)):
     for path in sorted(log_dir.glob(_EVENTS_PREFIX + "*")):
       if path.is_file():
         rewrite_event_file(path, checkpoint.wall_time, max_step)
@@ -62,7 +67,7 @@ def rewind_to_start(run_dir: pathlib.Path) -> None:
   Raises:
     OSError: if a file cannot be removed.
   """
-  for log_dir in (run_dir, run_dir / TIME_DIR, run_dir / BITS_DIR):
+  for log_dir in (run_dir, *(run_dir / old for old in _OLD_LOG_DIRS)):
     for path in log_dir.glob(_EVENTS_PREFIX + "*"):
       path.unlink()
   # The run loop's file names (its callbacks import this module).
@@ -75,7 +80,8 @@ def rewind_to_start(run_dir: pathlib.Path) -> None:
 
 def rewrite_event_file(path: pathlib.Path, max_wall_time: float,
                        max_step: int | None = None) -> int:
-  """Keeps the events of `path` logged by `max_wall_time` (and at step <= `max_step`).
+  """Keeps the events of `path` logged by `max_wall_time` (and, but for the
+  accuracy-by-bits and by-simulated-time tags, at step <= `max_step`).
 
   A torn last record (a kill mid-write) is dropped too. The file is replaced
   atomically; it is left untouched if nothing is dropped.
@@ -97,7 +103,9 @@ def rewrite_event_file(path: pathlib.Path, max_wall_time: float,
       dropped += 1
       break
     is_file_header = event.HasField("file_version")
-    late = event.wall_time > max_wall_time or (max_step is not None and event.step > max_step)
+    by_round = not any(value.tag in _OFF_ROUND_TAGS for value in event.summary.value)
+    late = event.wall_time > max_wall_time or (
+        max_step is not None and by_round and event.step > max_step)
     if late and not is_file_header:
       dropped += 1
     else:

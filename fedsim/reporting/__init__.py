@@ -3,7 +3,7 @@
 TensorFlow is imported only when a TensorBoard sink or hparams are written.
 """
 
-from fedsim.reporting.hparams import flat_hparams, write_hparams
+from fedsim.reporting.hparams import flat_hparams
 from fedsim.reporting.progress import Progress
 from fedsim.reporting.rundir import (create_run_dir, mark_interrupted, read_status,
                                      write_config, write_status)
@@ -15,5 +15,5 @@ __all__ = [
     "CompositeSink", "CsvSink", "MetricsSink", "Progress", "TensorBoardSink",
     "create_run_dir", "flat_hparams", "format_bits", "mark_interrupted", "read_metrics_csv",
     "read_status",
-    "write_config", "write_hparams", "write_status",
+    "write_config", "write_status",
 ]

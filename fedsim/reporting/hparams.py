@@ -1,26 +1,43 @@
-"""A run's hyperparameters and final metrics for TensorBoard's HParams tab.
+"""The experiment's runs and the metrics they are ranked by, for TensorBoard's
+HParams tab.
 
-Each run directory becomes one HParams session; pointing TensorBoard at
-`<logdir>/<name>` then shows every variant of the experiment as one row of a
-table. Left to itself the plugin makes a column of every config key (50 and
-more, in no useful order) and a metric of every scalar of every sub-directory
-(`eval/accuracy` once per run directory, again under `simulated_time/`, ...).
-So each finished run also rewrites the experiment's one HParams config,
-`<logdir>/<name>/events.out.tfevents.*.fedsim-hparams`, from the
-`config.yaml` of every run directory there: the keys whose values differ
-between runs first, then the rest, and the final metrics once each.
+Each completed run directory is one HParams session (one row of the table,
+named after the run). Left to itself the plugin makes a column of every
+config key (50 and more, in no useful order), leaves a column blank in the
+runs that lack the key (the uncompressed baseline then has no encoder and
+drops out of the parallel-coordinates view) and a metric of every scalar.
+So whenever a run completes, `write_sessions` rewrites the session of every
+completed run of the experiment from their `config.yaml` and `metrics.csv`:
+the same columns in all, those whose values differ first, a key a run lacks
+filled with `identity` (an encoder) or `none`; and the experiment's HParams
+config, listing those columns and the ranking metrics (`RANKING`), once, in
+the comparison run.
+
+Bits and time to a target: the target is 90% of the best eval accuracy any
+completed run of the experiment reached (`TARGET_FRACTION`), so it exists
+for every experiment and most variants reach it; a run that never does has
+no value there. Both move as runs complete, so they are rewritten with the
+sessions.
 """
 
 from __future__ import annotations
 
 import os
 import pathlib
-from typing import Any, Mapping, Sequence
-
-import yaml
+from typing import Any, Callable, Mapping, Sequence
 
 FINAL_PREFIX = "final/"
-EXPERIMENT_SUFFIX = ".fedsim-hparams"  # the experiment config's event file name ends so
+SESSION_SUFFIX = ".fedsim-session"  # a run's session event file name ends so
+TARGET_FRACTION = 0.9
+# The ranking metrics: tag (under final/) -> the column's title.
+RANKING = {
+    "eval/accuracy": "final accuracy",
+    "total_bits": "total bits (both ways)",
+    "bits_to_target": "bits to target",
+    "simulated_seconds_to_target": "simulated s to target",
+    "simulated_seconds": "simulated s",
+    "eval/loss": "final eval loss",
+}
 
 HParamValue = float | int | str | bool
 
@@ -58,61 +75,93 @@ def varying_first(runs: Sequence[Mapping[str, HParamValue]]) -> list[str]:
   return [k for k in keys if differs(k)] + [k for k in keys if not differs(k)]
 
 
-def _sibling_hparams(experiment_dir: pathlib.Path) -> list[dict[str, HParamValue]]:
-  """Flat hparams of each run directory's config.yaml under `experiment_dir`."""
-  runs = []
-  for config in sorted(experiment_dir.glob("*/config.yaml")):
-    try:
-      data = yaml.safe_load(config.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-      continue  # Not ours to judge here; `fedsim compare` names broken runs.
-    if isinstance(data, Mapping):
-      data = {k: v for k, v in data.items() if k != "variants"}
-      runs.append(flat_hparams(data))
-  return runs
+def filled(runs: Sequence[Mapping[str, HParamValue]]) -> list[dict[str, HParamValue]]:
+  """`runs` (flat hparams) with the same columns, in `varying_first` order.
+
+  A key that is a section in another run (`compression: null` in the
+  baseline, `compression.aggregation.encoder` in a variant) is left out; a
+  key a run lacks becomes 'identity' if it names an encoder, else 'none'.
+  """
+  keys = varying_first(runs)
+  sections = {k for k in keys if any(other.startswith(k + ".") for other in keys)}
+  columns = [k for k in keys if k not in sections]
+  return [{k: run.get(k, "identity" if k.rsplit(".", 1)[-1] == "encoder" else "none")
+           for k in columns} for run in runs]
 
 
-def write_hparams(run_dir: str | os.PathLike, hparams: Mapping[str, HParamValue],
-                  final_metrics: Mapping[str, float], step: int = 0) -> None:
-  """Records `hparams` and `final_metrics` as an HParams session in `run_dir`.
+def ranking_metrics(runs: Sequence[Any]) -> list[dict[str, float]]:
+  """The `RANKING` values of each of `runs` (`run_records.Run`); a metric a
+  run has no value for (no evaluation, target never reached) is absent."""
+  from fedsim.metric_names import EVAL_ACCURACY, EVAL_LOSS, SIMULATED_SECONDS, bits_sent
+  best = max((row[EVAL_ACCURACY] for run in runs for row in run.metrics
+              if EVAL_ACCURACY in row), default=None)
+  out = []
+  for run in runs:
+    values: dict[str, float] = {}
+    evaluated = [row for row in run.metrics if EVAL_ACCURACY in row]
+    if evaluated:
+      values["eval/accuracy"] = evaluated[-1][EVAL_ACCURACY]
+      if EVAL_LOSS in evaluated[-1]:
+        values["eval/loss"] = evaluated[-1][EVAL_LOSS]
+    if run.metrics:
+      values["total_bits"] = bits_sent(run.metrics[-1])
+      if SIMULATED_SECONDS in run.metrics[-1]:
+        values["simulated_seconds"] = run.metrics[-1][SIMULATED_SECONDS]
+    reached = run.to_target(TARGET_FRACTION * best) if best is not None else None
+    if reached:
+      values["bits_to_target"] = reached["bits"]
+      if reached["seconds"] is not None:
+        values["simulated_seconds_to_target"] = reached["seconds"]
+    out.append(values)
+  return out
 
-  Final metrics are scalars tagged 'final/<name>' at `step` (the last round),
-  so they do not add points to the per-round curves of the same name. Then
-  rewrites the experiment config in `run_dir`'s parent (see the module
-  docstring). Imports TensorFlow (~10 s the first time in a process).
+
+def write_sessions(runs: Sequence[Any]) -> Callable[[], Any]:
+  """Rewrites the HParams session of each of `runs` (completed `run_records.Run`s
+  of one experiment).
+
+  Each session (its hparams, and the ranking metrics as 'final/<tag>'
+  scalars at step = the run's last round) is a new event file in the run
+  directory that replaces the previous one. Imports TensorFlow.
+
+  Returns:
+    A function writing the experiment's HParams config (its columns and
+    metrics) to the default summary writer; the caller puts it in the
+    comparison run.
 
   Raises:
-    TypeError: if a hyperparameter value is not a bool, int, float or str.
     OSError: naming the directory, if the events cannot be written.
   """
   from tensorboard.plugins.hparams import api as hp  # pylint: disable=g-import-not-at-top
 
   from fedsim.reporting.sinks import load_tensorflow  # pylint: disable=g-import-not-at-top
-
-  for key, value in hparams.items():
-    if not isinstance(value, (bool, int, float, str)):
-      raise TypeError(f"hparam '{key}' must be a bool, int, float or str,"
-                      f" got {type(value).__name__}")
   tf = load_tensorflow()
-  run_dir = pathlib.Path(run_dir)
-  _write_events(tf, run_dir, step, lambda: [
-      hp.hparams(dict(hparams), trial_id=run_dir.name),
-      *(tf.summary.scalar(FINAL_PREFIX + name, float(value))
-        for name, value in final_metrics.items())])
-  experiment_dir = run_dir.parent
-  runs = _sibling_hparams(experiment_dir) or [dict(hparams)]
-  columns = [hp.HParam(key) for key in varying_first(runs)]
-  metrics = [hp.Metric(FINAL_PREFIX + name) for name in dict.fromkeys(final_metrics)]
-  old = sorted(experiment_dir.glob(f"events.out.tfevents.*{EXPERIMENT_SUFFIX}"))
-  _write_events(tf, experiment_dir, 0,
-                lambda: hp.hparams_config(hparams=columns, metrics=metrics),
-                filename_suffix=EXPERIMENT_SUFFIX)
-  for path in old:  # One config per experiment: the plugin would pick any of several.
-    path.unlink(missing_ok=True)
+  configs = [flat_hparams({k: v for k, v in run.config.items() if k != "variants"})
+             for run in runs]
+  rows = filled(configs)
+  ranked = ranking_metrics(runs)
+  for run, hparams, metrics in zip(runs, rows, ranked):
+    old = sorted(run.path.glob(f"events.out.tfevents.*{SESSION_SUFFIX}"))
+    step = run.metrics[-1].get("round", 0) if run.metrics else 0
+    write_events(tf, run.path, step, lambda h=hparams, m=metrics, r=run: [
+        hp.hparams(h, trial_id=r.name),
+        *(tf.summary.scalar(FINAL_PREFIX + tag, float(value)) for tag, value in m.items())],
+                 SESSION_SUFFIX)
+    unlink_all(old)  # One session per run: the plugin would pick any of several.
+  columns = [hp.HParam(key) for key in (rows[0] if rows else {})]
+  target = TARGET_FRACTION * max((m["eval/accuracy"] for m in ranked if "eval/accuracy" in m),
+                                 default=float("nan"))
+  metrics = [hp.Metric(FINAL_PREFIX + tag, display_name=title,
+                       description=(f"target: eval accuracy {target:.4f}"
+                                    f" ({TARGET_FRACTION:.0%} of the best run's)"
+                                    if "target" in tag else ""))
+             for tag, title in RANKING.items()]
+  return lambda: hp.hparams_config(hparams=columns, metrics=metrics)
 
 
-def _write_events(tf, log_dir: pathlib.Path, step: int, write, filename_suffix: str = "") -> None:
-  """Calls `write()` under a new summary writer of `log_dir`; closes it.
+def write_events(tf, log_dir: pathlib.Path, step: int, write, filename_suffix: str) -> None:
+  """Calls `write()` under a new summary writer of `log_dir` (a new event
+  file whose name ends with `filename_suffix`); closes it.
 
   Raises:
     OSError: naming `log_dir`, if the events cannot be written.
@@ -128,3 +177,8 @@ def _write_events(tf, log_dir: pathlib.Path, step: int, write, filename_suffix: 
       writer.close()
   except tf.errors.OpError as e:
     raise os_error_from_tf(e, log_dir) from None
+
+
+def unlink_all(paths: Sequence[pathlib.Path]) -> None:
+  for path in paths:
+    path.unlink(missing_ok=True)

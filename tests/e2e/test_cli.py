@@ -47,7 +47,7 @@ def test_run_writes_logs_and_prints_where(tmp_path, tiny_config):
   assert result.returncode == 0, result.stderr
   assert "Traceback" not in result.stderr
   assert f"tensorboard --logdir {logdir / 'tiny'}" in result.stdout
-  (run_dir,) = [p for p in (logdir / "tiny").iterdir() if p.is_dir()]
+  (run_dir,) = [p for p in (logdir / "tiny").iterdir() if (p / "config.yaml").is_file()]
   names = {p.name for p in run_dir.iterdir()}
   assert {"config.yaml", "metrics.csv", "status", "worker.log"} <= names
   assert any(n.startswith("events.out.tfevents") for n in names)
@@ -71,7 +71,7 @@ def test_run_writes_logs_and_prints_where(tmp_path, tiny_config):
 
   again = fedsim("run", str(tiny_config), "--logdir", str(logdir))
   assert again.returncode == 0, again.stderr
-  runs = sorted(p for p in (logdir / "tiny").iterdir() if p.is_dir())
+  runs = sorted(p for p in (logdir / "tiny").iterdir() if (p / "config.yaml").is_file())
   assert len(runs) == 2
   second = list(csv.DictReader(open(runs[1] / "metrics.csv")))
   for a, b in zip(rows, second):  # same config + seed -> same metrics
@@ -222,7 +222,8 @@ def test_run_one_variant(tmp_path):
   path.write_text(TINY + "variants: {a: {}, b: {rounds: 1}}\n")
   result = fedsim("run", str(path), "--logdir", str(tmp_path / "runs"), "--variant", "b")
   assert result.returncode == 0, result.stderr
-  assert [p.name for p in (tmp_path / "runs" / "tiny").iterdir() if p.is_dir()] == ["b"]
+  runs = (tmp_path / "runs" / "tiny").iterdir()
+  assert [p.name for p in runs if (p / "config.yaml").is_file()] == ["b"]
   assert "[b] rounds: 1, final eval/accuracy" in result.stdout
 
 

@@ -70,7 +70,8 @@ def test_the_example_runs_with_all_three_plugin_pieces(tmp_path):
                "--set", "runtime.name=inprocess", "--logdir", str(tmp_path / "runs"),
                cwd=tmp_path)
   assert out.returncode == 0, out.stderr
-  run_dir = next(p for p in (tmp_path / "runs" / "lab_example").iterdir() if p.is_dir())
+  run_dir = next(p for p in (tmp_path / "runs" / "lab_example").iterdir()
+                 if (p / "config.yaml").is_file())
   rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
   assert len(rows) == 2 and float(rows[-1]["eval/accuracy"]) > 0.1
   assert float(rows[-1]["aggregation/l1_zeroing/zeroed_count"]) == 0

@@ -4,6 +4,7 @@ standard list evaluates before logging and checkpoints after."""
 from __future__ import annotations
 
 from fedsim.experiment.callbacks import Callback, CallbackList, standard_callbacks
+from fedsim.experiment.callbacks.board import ExperimentBoard
 from fedsim.experiment.callbacks.checkpoints import Checkpoints
 from fedsim.experiment.callbacks.csv_logs import CsvLogs
 from fedsim.experiment.callbacks.evaluation import Evaluation
@@ -52,7 +53,7 @@ def test_every_callback_hears_the_error_and_a_replacement_is_raised():
 
 def test_status_first_evaluation_before_the_logs_checkpoints_after_them():
   kinds = [type(c) for c in standard_callbacks(on_round=lambda *args: None).callbacks]
-  assert kinds[0] is Status
+  assert kinds[:2] == [ExperimentBoard, Status]  # the board's on_end after 'completed'
   position = kinds.index
   assert position(Evaluation) < position(CsvLogs) < position(Checkpoints)
   assert position(Evaluation) < position(TensorBoard) < position(Checkpoints)

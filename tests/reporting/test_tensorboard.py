@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import pytest
-import yaml
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.plugins.hparams import metadata as hparams_metadata
 from tensorboard.plugins.hparams import plugin_data_pb2
 from tensorboard.util import tensor_util
 
-from fedsim.reporting.hparams import flat_hparams, write_hparams
-from fedsim.reporting.sinks import CompositeSink, CsvSink, TensorBoardSink, read_metrics_csv
+from fedsim.reporting.hparams import flat_hparams, write_events, write_sessions
+from fedsim.reporting.run_records import Run
+from fedsim.reporting.sinks import (CompositeSink, CsvSink, TensorBoardSink, load_tensorflow,
+                                    read_metrics_csv)
 
 
 def _load(path):
@@ -46,62 +47,63 @@ def test_composite_of_csv_and_tensorboard(tmp_path):
   assert _scalars(_load(tmp_path)) == {"train/loss": [(1, 0.5)]}
 
 
-def test_hparams_and_final_metrics_read_back(tmp_path):
-  run_dir = tmp_path / "exp" / "20250102-030405"
-  run_dir.mkdir(parents=True)
-  hparams = flat_hparams({"algorithm": {"name": "fedavg", "client_lr": 0.1},
-                          "rounds": 20, "encoder": {"bits": 8, "enabled": True},
-                          "seed": None})
-  assert hparams == {"algorithm.name": "fedavg", "algorithm.client_lr": 0.1, "rounds": 20,
-                     "encoder.bits": 8, "encoder.enabled": True, "seed": "None"}
-  write_hparams(run_dir, hparams, {"eval/accuracy": 0.875, "total_bits": 1.5e9}, step=20)
+def _run(path, config, metrics):
+  path.mkdir(parents=True)
+  return Run(name=path.name, path=path, status="completed", message="", config=config,
+             metrics=metrics)
 
+
+def _session(run_dir):
   acc = _load(run_dir)
-  start = acc.Tensors(hparams_metadata.SESSION_START_INFO_TAG)
-  assert len(start) == 1
   content = acc.SummaryMetadata(hparams_metadata.SESSION_START_INFO_TAG).plugin_data.content
   info = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
-  assert info.group_name == "20250102-030405"
-  assert {k: v.WhichOneof("kind") for k, v in info.hparams.items()} == {
-      "algorithm.name": "string_value", "algorithm.client_lr": "number_value",
-      "rounds": "number_value", "encoder.bits": "number_value",
-      "encoder.enabled": "bool_value", "seed": "string_value"}
-  assert info.hparams["algorithm.name"].string_value == "fedavg"
-  assert info.hparams["algorithm.client_lr"].number_value == 0.1
-  assert info.hparams["rounds"].number_value == 20
-  assert info.hparams["encoder.enabled"].bool_value is True
-  assert _scalars(acc) == {"final/eval/accuracy": [(20, 0.875)],
-                           "final/total_bits": [(20, 1.5e9)]}
+  return info, _scalars(acc)
 
 
-def test_hparams_reject_non_scalar_values(tmp_path):
-  with pytest.raises(TypeError, match="hparam 'layers'"):
-    write_hparams(tmp_path, {"layers": [1, 2]}, {})
+def test_flat_hparams_are_dotted_leaves():
+  assert flat_hparams({"algorithm": {"name": "fedavg", "client_lr": 0.1}, "rounds": 20,
+                       "encoder": {"bits": 8, "enabled": True}, "seed": None}) == {
+      "algorithm.name": "fedavg", "algorithm.client_lr": 0.1, "rounds": 20,
+      "encoder.bits": 8, "encoder.enabled": True, "seed": "None"}
 
 
-def _experiment(experiment_dir):
-  acc = _load(experiment_dir)
+def test_sessions_fill_every_column_and_carry_the_ranking_metrics(tmp_path):
+  base = {"name": "exp", "seed": 1, "rounds": 3, "compression": None}
+  u8 = dict(base, compression={"aggregation": {"encoder": "uniform", "bits": 8}})
+  # 100 + 100 bits a round uncompressed, 100 + 25 with 8-bit uploads.
+  rows = lambda up, accuracies: [
+      {"round": r, "cumulative_broadcast_bits": 100 * r, "cumulative_aggregate_bits": up * r,
+       "simulated_seconds": 0.5 * r, "eval/accuracy": a} for r, a in enumerate(accuracies, 1)]
+  runs = [_run(tmp_path / "none", base, rows(100, [0.5, 0.8, 0.9])),
+          _run(tmp_path / "u8", u8, rows(25, [0.6, 0.85, 0.8]))]
+  write_config = write_sessions(runs)
+
+  none, none_scalars = _session(tmp_path / "none")
+  u8_info, u8_scalars = _session(tmp_path / "u8")
+  assert none.group_name == "none" and u8_info.group_name == "u8"
+  assert none.hparams["compression.aggregation.encoder"].string_value == "identity"
+  assert none.hparams["compression.aggregation.bits"].string_value == "none"
+  assert u8_info.hparams["compression.aggregation.bits"].number_value == 8
+  assert "compression" not in none.hparams and set(none.hparams) == set(u8_info.hparams)
+  # Target: 0.9 x the best accuracy (0.9) = 0.81, reached at round 3 and round 2.
+  assert none_scalars == {"final/eval/accuracy": [(3, pytest.approx(0.9))],
+                          "final/total_bits": [(3, 600.0)],
+                          "final/simulated_seconds": [(3, 1.5)],
+                          "final/bits_to_target": [(3, 600.0)],
+                          "final/simulated_seconds_to_target": [(3, 1.5)]}
+  assert u8_scalars["final/bits_to_target"] == [(3, 250.0)]
+  assert u8_scalars["final/simulated_seconds_to_target"] == [(3, 1.0)]
+
+  write_sessions(runs)  # again: each run keeps one session
+  assert len(list((tmp_path / "u8").glob("events.out.tfevents.*"))) == 1
+  board = tmp_path / "board"
+  board.mkdir()
+  tf = load_tensorflow()
+  write_events(tf, board, 0, write_config, ".test")
+  acc = _load(board)
   content = acc.SummaryMetadata(hparams_metadata.EXPERIMENT_TAG).plugin_data.content
   experiment = hparams_metadata.parse_experiment_plugin_data(content)
-  return ([h.name for h in experiment.hparam_infos],
-          [(m.name.group, m.name.tag) for m in experiment.metric_infos])
-
-
-def test_experiment_config_puts_varying_keys_first_and_each_metric_once(tmp_path):
-  base = {"name": "exp", "seed": 1, "algorithm": {"name": "fedavg", "lr": 0.1}, "rounds": 3}
-  runs = {"plain": base,
-          "u8": dict(base, algorithm={"name": "fedavg", "lr": 0.2}, compression={"bits": 8})}
-  final = {"eval/accuracy": 0.5, "train/loss": 1.0}
-  for name, config in runs.items():
-    run_dir = tmp_path / name
-    run_dir.mkdir()
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    write_hparams(run_dir, flat_hparams(config), final, step=3)
-    # What each run's session scalars add as metrics if left to the plugin.
-    TensorBoardSink(run_dir / "simulated_time").write(7, {"eval/accuracy": 0.5})
-
-  hparams, metrics = _experiment(tmp_path)
-  assert hparams == ["algorithm.lr", "compression.bits", "name", "seed", "algorithm.name",
-                     "rounds"]
-  assert metrics == [("", "final/eval/accuracy"), ("", "final/train/loss")]
-  assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 1  # the newest config only
+  assert [h.name for h in experiment.hparam_infos][:2] == [
+      "compression.aggregation.encoder", "compression.aggregation.bits"]
+  assert [m.name.tag for m in experiment.metric_infos][:3] == [
+      "final/eval/accuracy", "final/total_bits", "final/bits_to_target"]

@@ -97,11 +97,14 @@ def test_free_space_check_names_the_directory(tmp_path):
 def test_rewind_keeps_each_round_once(tmp_path):
   from fedsim.reporting import TensorBoardSink
   sink = TensorBoardSink(tmp_path)
+  # Accuracy by bits steps in bits: only the wall time of the checkpoint cuts it.
   for r in (1, 2):
     sink.write(r, {"train/loss": 1.0 / r})
+    sink.write(1000 * r, {"eval/accuracy_by_bits": 0.5})
   time.sleep(0.01)
   _save(tmp_path, 2)
   sink.write(3, {"train/loss": 0.3})  # logged by the killed run after its checkpoint
+  sink.write(3000, {"eval/accuracy_by_bits": 0.5})
   sink.close()
   (tmp_path / "events.log").write_text("round 1: skipped\nround 3: skipped\n")
   rewind_logs(tmp_path, ckpt.latest_checkpoint(tmp_path))
@@ -112,8 +115,10 @@ def test_rewind_keeps_each_round_once(tmp_path):
   sink = TensorBoardSink(tmp_path)  # the resumed run
   for r in (3, 4):
     sink.write(r, {"train/loss": 1.0 / r})
+    sink.write(1000 * r, {"eval/accuracy_by_bits": 0.5})
   sink.close()
-  assert steps_by_tag(tmp_path) == {"train/loss": [1, 2, 3, 4]}
+  assert steps_by_tag(tmp_path) == {"train/loss": [1, 2, 3, 4],
+                                    "eval/accuracy_by_bits": [1000, 2000, 3000, 4000]}
 
 
 def test_rewind_drops_a_torn_last_event(tmp_path):

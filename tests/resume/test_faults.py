@@ -247,8 +247,8 @@ def test_an_interrupted_run_says_so_and_resumes(tff_runtime, tmp_path, monkeypat
 
 
 def _run_dirs(experiment_dir: pathlib.Path) -> list[pathlib.Path]:
-  """The run directories of an experiment (it also holds the HParams layout file)."""
-  return [p for p in experiment_dir.iterdir() if p.is_dir()]
+  """The run directories of an experiment (not its TensorBoard comparison run)."""
+  return [p for p in experiment_dir.iterdir() if (p / "config.yaml").is_file()]
 
 
 def _worker_pid(experiment_dir: pathlib.Path) -> int:

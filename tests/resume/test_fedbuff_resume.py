@@ -62,8 +62,8 @@ def test_sigkilled_fedbuff_run_resumes_to_the_uninterrupted_result(tmp_path):
   with np.load(run_dir / "final_model.npz") as got, np.load(ref_dir / "final_model.npz") as want:
     for name in want.files:
       np.testing.assert_array_equal(got[name], want[name])
-  assert (steps_by_tag(run_dir / "simulated_time")["eval/accuracy"]
-          == steps_by_tag(ref_dir / "simulated_time")["eval/accuracy"])
+  assert (steps_by_tag(run_dir)["eval/accuracy_by_simulated_ms"]
+          == steps_by_tag(ref_dir)["eval/accuracy_by_simulated_ms"])
   clients = (run_dir / "clients.csv").read_text()
   assert clients == (ref_dir / "clients.csv").read_text()  # rewound: each update once
   _check_dispatch_bookkeeping(list(csv.DictReader(io.StringIO(clients))), rows)

@@ -130,11 +130,12 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_result(tmp_path, variant):
   for tag in ("train/loss", "eval/accuracy", "cumulative_aggregate_bits"):
     assert steps[tag] == list(range(1, ROUNDS + 1)), tag
   assert steps["final/eval/accuracy"] == [ROUNDS]
-  time_steps = steps_by_tag(run_dir / "simulated_time")["eval/accuracy"]
-  assert time_steps == steps_by_tag(ref_dir / "simulated_time")["eval/accuracy"]
+  ref_steps = steps_by_tag(ref_dir)
+  time_steps = steps["eval/accuracy_by_simulated_ms"]
+  assert time_steps == ref_steps["eval/accuracy_by_simulated_ms"]
   assert len(time_steps) == ROUNDS
-  bits_steps = steps_by_tag(run_dir / "by_bits")["eval/accuracy"]
-  assert bits_steps == steps_by_tag(ref_dir / "by_bits")["eval/accuracy"]
+  bits_steps = steps["eval/accuracy_by_bits"]
+  assert bits_steps == ref_steps["eval/accuracy_by_bits"]
   assert len(bits_steps) == ROUNDS
   assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["round_4", "round_6"]
   assert (sorted(p.name for p in (run_dir / "client_states").iterdir())

@@ -44,7 +44,7 @@ def test_compressed_run_and_its_resume_print_nothing_on_stderr(tmp_path):
   (tmp_path / "q.yaml").write_text(CONFIG)
   first = _fedsim(tmp_path)
   assert first.returncode == 0 and first.stderr == "", first.stderr
-  (run_dir,) = [p for p in (tmp_path / "runs" / "quiet").iterdir() if p.is_dir()]
+  (run_dir,) = [p for p in (tmp_path / "runs" / "quiet").iterdir() if (p / "config.yaml").is_file()]
   resumed = _fedsim(tmp_path, "--resume", str(run_dir), "--set", "rounds=2")
   assert resumed.returncode == 0 and resumed.stderr == "", resumed.stderr
   assert f"resuming {run_dir} after round 1 of 2" in resumed.stdout

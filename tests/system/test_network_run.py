@@ -37,7 +37,7 @@ def test_8bit_uploads_shorten_rounds_by_the_measured_bits_ratio(tff_runtime, tmp
     for row in rows:  # The late 4th client sent its upload too.
       assert row["clients/late"] == 1 and row["late_upload_bits"] == per_client
       assert row["aggregate_bits"] == 4 * per_client
-    steps = steps_by_tag(result.run_dir / "simulated_time")["eval/accuracy"]
+    steps = steps_by_tag(result.run_dir)["eval/accuracy_by_simulated_ms"]
     assert steps == [round(r["simulated_seconds"] * 1000) for r in rows]
   (t_none, bits_none), (t_u8, bits_u8) = rounds["none"], rounds["u8"]
   assert bits_none / bits_u8 > 2.5
@@ -51,4 +51,4 @@ def test_simulated_time_curve_has_a_point_per_evaluation_when_no_time_passes(
   config = dict(BASE, system={"dropout_probability": 0.99}, backup_clients=0)
   result = fedsim.run(config, logdir=tmp_path)
   assert [r["simulated_seconds"] for r in result.metrics] == [0.0, 0.0, 0.0]
-  assert steps_by_tag(result.run_dir / "simulated_time")["eval/accuracy"] == [0, 1, 2]
+  assert steps_by_tag(result.run_dir)["eval/accuracy_by_simulated_ms"] == [0, 1, 2]

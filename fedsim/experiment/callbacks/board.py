@@ -1,23 +1,27 @@
-"""The run's config and final metrics in TensorBoard's HParams tab (see
-`fedsim.reporting.hparams`), written when the run completes."""
+"""Once a run has completed, the experiment's views in TensorBoard are
+refreshed (`fedsim.reporting.board`): every completed run's HParams session
+and ranking metrics, the custom-scalars layout, the comparison figure.
+
+First in the list, so that its `on_end` comes last, after the run's status
+reads 'completed': the figure and the HParams table are of completed runs.
+A failure here is a warning: every file of the run itself is written.
+"""
 
 from __future__ import annotations
 
+import sys
+
+from fedsim.errors import UserError
 from fedsim.experiment.callbacks.base import Callback
-from fedsim.experiment.run_state import Run, final_metrics
-from fedsim.metric_names import (CUMULATIVE_AGGREGATE_BITS, CUMULATIVE_BROADCAST_BITS,
-                                 EVAL_ACCURACY, EVAL_LOSS, TRAIN_LOSS)
-from fedsim.reporting import flat_hparams, write_hparams
-
-# The final metrics of the HParams table, in its column order.
-FINAL_METRICS = (EVAL_ACCURACY, EVAL_LOSS, TRAIN_LOSS, CUMULATIVE_BROADCAST_BITS,
-                 CUMULATIVE_AGGREGATE_BITS)
+from fedsim.experiment.run_state import Run
+from fedsim.reporting import board
 
 
-class HParams(Callback):
+class ExperimentBoard(Callback):
 
   def on_end(self, run: Run) -> None:
-    final = final_metrics(run.history)
-    write_hparams(run.run_dir, flat_hparams(run.plain_config),
-                  {k: final[k] for k in FINAL_METRICS if k in final},
-                  step=run.sim.config.rounds)
+    try:
+      board.refresh(run.run_dir.parent)
+    except (OSError, UserError) as e:
+      print(f"fedsim: warning: TensorBoard comparison of {run.run_dir.parent} not refreshed:"
+            f" {e}", file=sys.stderr)

@@ -1,57 +1,57 @@
-"""TensorBoard scalars: every metric by round in the run directory, and eval
-accuracy by simulated time (`simulated_time/`) and by bits sent (`by_bits/`).
+"""TensorBoard scalars, all in the run directory (one TensorBoard run per run
+directory): every metric by round, and eval accuracy again under its own tags
+against cumulative bits sent both ways (`eval/accuracy_by_bits`) and against
+simulated milliseconds (`eval/accuracy_by_simulated_ms`). Own tags, not the
+same tag in sub-runs: a chart has one x unit, and each variant stays one run.
 
 On resume the event files (and events.log) first lose what was logged after
-the checkpoint (`rewind.rewind_logs`), before the writers open new ones.
+the checkpoint (`rewind.rewind_logs`), before the writer opens a new one.
 """
 
 from __future__ import annotations
 
 from fedsim.experiment.callbacks.base import Callback
 from fedsim.experiment.callbacks.closing import close_quietly
-from fedsim.experiment.rewind import BITS_DIR, TIME_DIR, rewind_logs
+from fedsim.experiment.rewind import rewind_logs
 from fedsim.experiment.round_result import RoundResult
 from fedsim.experiment.run_state import Run
-from fedsim.metric_names import EVAL_ACCURACY, SIMULATED_SECONDS, bits_sent
+from fedsim.metric_names import (EVAL_ACCURACY, EVAL_ACCURACY_BY_BITS,
+                                 EVAL_ACCURACY_BY_SIMULATED_MS, SIMULATED_SECONDS, bits_sent)
 from fedsim.reporting import TensorBoardSink
 
 
 class TensorBoard(Callback):
 
   def __init__(self):
-    self._rounds = self._time = self._bits = None
+    self._sink = None
     self._time_step = -1
 
   def on_start(self, run: Run) -> None:
     if run.resume_from is not None:
       rewind_logs(run.run_dir, run.resume_from)
-    self._rounds = TensorBoardSink(run.run_dir)
-    # Eval accuracy against cumulative simulated milliseconds (TensorBoard's step axis).
-    self._time = TensorBoardSink(run.run_dir / TIME_DIR)
-    # And against cumulative bits sent both ways (the accuracy-vs-bits plot).
-    self._bits = TensorBoardSink(run.run_dir / BITS_DIR)
+    self._sink = TensorBoardSink(run.run_dir)
     for row in run.history:
       if EVAL_ACCURACY in row:
         self._time_step = _time_step(row[SIMULATED_SECONDS], self._time_step)
 
   def after_round(self, run: Run, record: RoundResult) -> None:
     metrics = record.metrics
+    self._sink.write(run.round_num, metrics)
     if EVAL_ACCURACY in metrics:
+      accuracy = metrics[EVAL_ACCURACY]
       self._time_step = _time_step(run.simulated_seconds, self._time_step)
-      self._time.write(self._time_step, {EVAL_ACCURACY: metrics[EVAL_ACCURACY]})
-      self._bits.write(int(bits_sent(metrics)), {EVAL_ACCURACY: metrics[EVAL_ACCURACY]})
-    self._rounds.write(run.round_num, metrics)
+      self._sink.write(self._time_step, {EVAL_ACCURACY_BY_SIMULATED_MS: accuracy})
+      self._sink.write(int(bits_sent(metrics)), {EVAL_ACCURACY_BY_BITS: accuracy})
 
   def on_end(self, run: Run) -> None:
-    for sink in (self._rounds, self._time, self._bits):
-      sink.close()
+    self._sink.close()
 
   def on_error(self, run: Run, error: BaseException) -> None:
-    close_quietly(self._rounds, self._time, self._bits)
+    close_quietly(self._sink)
 
 
 def _time_step(simulated_seconds: float, previous: int) -> int:
-  """The `simulated_time` step of an evaluation: simulated milliseconds.
+  """The step of `eval/accuracy_by_simulated_ms`: simulated milliseconds.
 
   An evaluation after rounds that took no simulated time (every sampled
   client failed, no deadline) goes 1 ms after the previous one, so each
