@@ -106,3 +106,21 @@ def test_ddp_bits_too_few_for_the_clients_are_refused():
                                       r" of 100 clients .* use at least 7$"):
     check_chain(chain, UNWEIGHTED_MEAN, "fedavg", 100)
   check_chain(chain, UNWEIGHTED_MEAN, "fedavg", 10)   # 2^12 >= 10 x 3.9^2
+
+
+@pytest.mark.slow
+def test_a_config_runs_ddp_on_local_and_sends_its_bits(tff_runtime, tmp_path):
+  """ddp's secure sums run on `local` (auto falls back); the round uploads
+  650 x 10 bits of the logistic model's update (dft pads 650 to 650)."""
+  import fedsim
+  config = {
+      "name": "ddp", "seed": 1, "rounds": 2, "clients_per_round": 3,
+      "data": {"name": "digits", "num_clients": 8, "partition": "iid", "batch_size": 16},
+      "model": {"name": "logistic"},
+      "algorithm": {"name": "fedavg", "client_weighting": "uniform"},
+      "aggregation": [{"name": "ddp", "noise_multiplier": 0.5, "clip": 1.0, "bits": 10}],
+  }
+  rows = fedsim.run(config, logdir=tmp_path).metrics
+  assert [r["aggregation/ddp/mean_value/actual_num_clients"] for r in rows] == [3, 3]
+  assert [r["aggregation/ddp/mean_value/padded_dim"] for r in rows] == [650, 650]
+  assert 0 <= rows[0]["aggregate_model_bits_per_client"] - 650 * 10 < 64
