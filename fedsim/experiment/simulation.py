@@ -7,9 +7,8 @@ import functools
 import types
 from typing import Any
 
-from fedsim.aggregation import (AGGREGATION_STAGES, BROADCAST_STAGES, is_compressing,
-                                private_stage)
-from fedsim.aggregation.accounting import PrivacyLedger
+from fedsim.aggregation import (AGGREGATION_STAGES, BROADCAST_STAGES, PrivacyLedgers,
+                                PrivacyScope, is_compressing, privacy_ledgers)
 from fedsim.algorithms import ALGORITHMS, FederatedAlgorithm, Task
 from fedsim.experiment.config.loader import parse_config, plain
 from fedsim.experiment.config.schema import ExperimentConfig
@@ -46,7 +45,7 @@ class Simulation:
   round_process: Any = None
   runtime_notice: str | None = None  # why the named runtime fell back to `local`
   # The privacy spent so far, when the aggregation chain is differentially private.
-  privacy: PrivacyLedger | None = None
+  privacy: PrivacyLedgers | None = None
   # (weights, round) -> eval_clients/* metrics, with `eval.federated` (client_eval.py).
   evaluate_clients: Any = None
 
@@ -81,7 +80,7 @@ def build_simulation(config: ExperimentConfig) -> Simulation:
       wire=wire, uncompressed_wire=uncompressed,
       evaluate=make_evaluator(model, data, config.eval.batch_size, as_function),
       round_process=round_process, runtime_notice=notice,
-      privacy=_privacy_ledger(config, len(data.client_ids)),
+      privacy=_privacy_ledgers(config, len(data.client_ids), model.num_params),
       evaluate_clients=_client_evaluator(config, model, data, as_function))
 
 
@@ -192,13 +191,11 @@ def _measures_own_bits(config) -> bool:
              for s in (*config.aggregation_chain(), *config.broadcast_chain()))
 
 
-def _privacy_ledger(config, population: int) -> PrivacyLedger | None:
-  found = private_stage(config.aggregation_chain())
-  if found is None:
-    return None
-  params = found[1].params
-  return PrivacyLedger(params.noise_multiplier, population,
-                       config.clients_per_round + config.backup_clients, params.delta)
+def _privacy_ledgers(config, population: int, update_elements: int) -> PrivacyLedgers | None:
+  """What the chain's differentially private stages spend (None without one)."""
+  return privacy_ledgers(config.aggregation_chain(), PrivacyScope(
+      population=population, sample_size=config.clients_per_round + config.backup_clients,
+      clients_per_round=config.clients_per_round, update_elements=update_elements))
 
 
 def _compresses(config) -> bool:

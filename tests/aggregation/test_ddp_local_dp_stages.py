@@ -124,3 +124,6 @@ def test_a_config_runs_ddp_on_local_and_sends_its_bits(tff_runtime, tmp_path):
   assert [r["aggregation/ddp/mean_value/actual_num_clients"] for r in rows] == [3, 3]
   assert [r["aggregation/ddp/mean_value/padded_dim"] for r in rows] == [650, 650]
   assert 0 <= rows[0]["aggregate_model_bits_per_client"] - 650 * 10 < 64
+  # The run logs the ddp ledger's epsilon, growing with the rounds that aggregated.
+  epsilons = [r["privacy/epsilon"] for r in rows]
+  assert 0 < epsilons[0] < epsilons[1] < float("inf")
