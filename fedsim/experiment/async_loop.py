@@ -65,7 +65,8 @@ class InFlight:
 
 
 def is_buffered(sim: Simulation) -> bool:
-  return isinstance(sim.algorithm, BufferedAlgorithm)
+  """Whether the algorithm's plan plays buffered server updates (else synchronous rounds)."""
+  return sim.algorithm.schedule == "buffered"
 
 
 class BufferedRounds:

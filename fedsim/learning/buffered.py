@@ -31,6 +31,8 @@ class BufferedAlgorithm(FederatedAlgorithm):
   `Arrival` mappings (a client's `client_update` result plus its staleness).
   """
 
+  schedule = "buffered"
+
   # (distributor state@S, model weights@S, packed batches@C) -> (distributor
   # state@S, ClientResult(update, update_weight)@C, stats@C): see `compose_dispatch`.
   client_update: Any = None

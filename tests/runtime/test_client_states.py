@@ -101,6 +101,17 @@ def test_chunks_run_apart_and_merged_equal_one_round(case):
   _assert_equal(split, whole)
 
 
+def test_the_plan_declares_its_client_state_slots_and_schedule():
+  slots = _algorithm("scaffold").client_state_slots
+  assert [(s.path, s.shape, s.dtype) for s in slots] == [
+      (("control_variate", 0), (3, 2), "float32"), (("control_variate", 1), (2,), "float32")]
+  residual = _algorithm("fedavg_topk_error_feedback").client_state_slots
+  assert [s.path for s in residual] == [("residual", 0), ("residual", 1)]
+  assert _algorithm("scaffold").schedule == "synchronous"
+  stateless = builders.algorithm("fedavg", {}, builders.task_model(num_classes=2))
+  assert stateless.client_state_slots == () and not stateless.stateful_clients
+
+
 def test_client_states_must_come_exactly_when_the_clients_keep_state():
   alg = _algorithm("scaffold")
   process = inprocess.InProcessProcess(alg.process, "cpu")
