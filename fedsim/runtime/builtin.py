@@ -131,9 +131,10 @@ class Auto(InProcess):
       return algorithm.process
 
   def function(self, computation, params) -> Any:
+    from fedsim.runtime.inprocess import NotCompilable
     try:
       return super().function(computation, params)
-    except Exception:  # pylint: disable=broad-except  (not plain TensorFlow: TFF runs it)
+    except NotCompilable:  # not plain TensorFlow: TFF's worker runs it
       return computation
 
 
