@@ -43,15 +43,16 @@ _CHUNK_BYTES = 64 * 2**20
 class NotCompilable(Exception):
   """The process cannot run in-process; the `local` runtime can run it.
 
-  The message is one line saying why (e.g. stateful clients, tf.data client
-  data, several aggregation phases, secure aggregation).
+  The message is one line saying why (e.g. tf.data client data, several
+  aggregation phases, secure aggregation).
   """
 
 
 class InProcessProcess:
   """An `IterativeProcess` run in this process, with the same interface.
 
-  `initialize()` and `next(state, client_data)` take and return the same
+  `initialize()` and `next(state, client_data)` (or `next(state, client_data,
+  client_states)` when the clients keep state) take and return the same
   Python structures as `process` does on TFF's runtime (`client_data` is the
   list of per-client values), so the run loop and `FederatedAlgorithm` work
   on either.
@@ -62,9 +63,9 @@ class InProcessProcess:
     """Compiles `process`; takes 1-2 s.
 
     Raises:
-      NotCompilable: `process` has no MapReduceForm (stateful clients,
-        several aggregation phases), non-tensor client data (tf.data), secure
-        aggregation or TensorFlow variables.
+      NotCompilable: `process` has no MapReduceForm (e.g. several aggregation
+        phases), non-tensor client data (tf.data), secure aggregation or
+        TensorFlow variables.
       UserError: see `select_device`.
     """
     self.device = select_device(device)
