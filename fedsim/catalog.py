@@ -22,7 +22,7 @@ from fedsim.registry import REGISTRIES, Registry, closest
 # last, for any registry a config section uses that the others miss.
 _PACKAGES = ("fedsim.models", "fedsim.data", "fedsim.algorithms", "fedsim.compression",
              "fedsim.learning.optimizers", "fedsim.experiment.system", "fedsim.aggregation",
-             "fedsim.experiment.config.schema")
+             "fedsim.control", "fedsim.experiment.config.schema")
 
 
 def registries() -> list[Registry]:
@@ -67,25 +67,46 @@ def format_registry(registry: Registry) -> str:
   return "\n".join(lines) or f"{registry.name}: (no entries)"
 
 
-def describe_params(params: type) -> str:
-  """`key: type = default, ...` for a parameter dataclass ('(no parameters)' if none)."""
+@dataclasses.dataclass(frozen=True)
+class Param:
+  """One parameter of an entry, in the config's vocabulary."""
+  name: str
+  type: str             # e.g. 'int', 'stochastic|deterministic', 'float | None'
+  default: str | None   # as YAML; None when the key is required
+  used_with: str = ""   # 'speed: lognormal' for a key only that choice reads
+
+  def __str__(self) -> str:
+    text = f"{self.name}: {self.type}"
+    text += " (required)" if self.default is None else f" = {self.default}"
+    return text + (f" (with {self.used_with})" if self.used_with else "")
+
+
+def params_of(params: type) -> list[Param]:
+  """The parameters of a parameter dataclass, in field order (what `fedsim list`
+  and the documentation's reference pages show)."""
   hints = typing.get_type_hints(params)
-  parts = []
+  out = []
   for field in dataclasses.fields(params):
     if not field.init:
       continue
-    text = f"{field.name}: {_type_text(hints[field.name], field.metadata)}"
     if field.default is not dataclasses.MISSING:
-      text += f" = {yaml_text(field.default)}"
+      default = yaml_text(field.default)
     elif field.default_factory is not dataclasses.MISSING:
-      text += f" = {yaml_text(field.default_factory())}"
+      default = yaml_text(field.default_factory())
     else:
-      text += " (required)"
+      default = None
+    used_with = ""
     if "used_with" in field.metadata:
       other, *values = field.metadata["used_with"]
-      text += f" (with {other}: {' or '.join(yaml_text(v) for v in values)})"
-    parts.append(text)
-  return ", ".join(parts) or "(no parameters)"
+      used_with = f"{other}: {' or '.join(yaml_text(v) for v in values)}"
+    out.append(Param(field.name, _type_text(hints[field.name], field.metadata), default,
+                     used_with))
+  return out
+
+
+def describe_params(params: type) -> str:
+  """`key: type = default, ...` for a parameter dataclass ('(no parameters)' if none)."""
+  return ", ".join(map(str, params_of(params))) or "(no parameters)"
 
 
 def _type_text(tp: Any, metadata: Mapping[str, Any] = types.MappingProxyType({})) -> str:
