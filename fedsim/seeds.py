@@ -54,6 +54,8 @@ SYSTEM_STREAM = _stream("SYSTEM_STREAM", 10,
                         "device speed and dropout of a round's clients, then round number")
 SKETCH_STREAM = _stream("SKETCH_STREAM", 11,
                         "count_sketch's hash and sign functions, then its index in the chain")
+POISSON_STREAM = _stream("POISSON_STREAM", 12,
+                         "sampling: poisson, who is in a round, then round number")
 DESCRIBE_STREAM = _stream("DESCRIBE_STREAM", 20,
                           "which clients `describe` reads labels of (seed 0, not the run's)")
 

@@ -63,6 +63,7 @@ class StageContext:
   clients_per_round: int    # the expected number of aggregated clients
   seed: int                 # the run seed (noise is derived from it)
   index: int                # the stage's position in its chain
+  sampling: str = "fixed"   # how rounds draw clients: "fixed" or "poisson" (data/sampling.py)
 
 
 def register_aggregation_stage(name: str, params: type = NoParams, *, role: str = WRAP,
@@ -169,7 +170,8 @@ def parse_broadcast(data: Any, key: str = "broadcast") -> tuple[Component, ...]:
 
 
 def check_chain(stages: Sequence[Component], kind: str | None, algorithm: str,
-                clients_per_round: int, key: str = "aggregation") -> None:
+                clients_per_round: int, key: str = "aggregation", *,
+                sampling: str = "fixed") -> None:
   """Raises UserError (one line naming the stage) if TFF cannot build this chain.
 
   `kind` is how `algorithm` combines updates, or None when it does not say
@@ -186,7 +188,8 @@ def check_chain(stages: Sequence[Component], kind: str | None, algorithm: str,
     where = f"{key}[{i}] {stage.name}"
     check = AGGREGATION_STAGES.get(stage.name).traits["check_context"]
     if check is not None:
-      check(stage.params, StageContext(kind or "", clients_per_round, 0, i), f"{key}[{i}]")
+      check(stage.params, StageContext(kind or "", clients_per_round, 0, i, sampling),
+            f"{key}[{i}]")
     last = i == len(stages) - 1
     if role == SUM and not last:
       raise UserError(f"{where}: this stage sends the values and must come last;"
@@ -224,9 +227,10 @@ class PrivacyScope:
   """What a stage's privacy ledger needs beyond its own parameters."""
 
   population: int          # N: clients that can be sampled
-  sample_size: int         # m: clients sampled per round
-  clients_per_round: int   # clients aggregated per round
+  sample_size: int         # m: clients sampled per round (fixed-size sampling)
+  clients_per_round: int   # clients aggregated per round (expected, with poisson)
   update_elements: int     # floats in one client's update (the model's trainable weights)
+  poisson_rate: float | None = None  # q with `sampling: poisson`; None: fixed-size samples
 
 
 class PrivacyLedgers:

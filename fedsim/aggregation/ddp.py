@@ -51,6 +51,11 @@ def _check_ddp(params: DdpParams, context: StageContext, key: str) -> None:
   if context.kind == WEIGHTED_MEAN:
     raise UserError(f"{key} ddp: differentially private aggregation is unweighted; set"
                     " algorithm.client_weighting: uniform")
+  if context.sampling == "poisson":
+    # Each client adds 1/n of the noise for n = clients_per_round: a smaller
+    # Poisson round carries less noise than its accounting (and TFF's) assumes.
+    raise UserError(f"{key} ddp: its noise is split over exactly clients_per_round clients;"
+                    " it needs sampling: fixed")
   n = context.clients_per_round
   if not n:
     return

@@ -57,6 +57,9 @@ class FedBuffParams:
     if config.backup_clients:
       raise UserError("backup_clients: not used by asynchronous algorithms"
                       " (algorithm.concurrency sets how many clients train at once)")
+    if config.sampling != "fixed":
+      raise UserError(f"sampling: {config.sampling} is not used by asynchronous algorithms"
+                      " (each refill draws algorithm.concurrency clients)")
     if config.system.deadline_seconds is not None:
       raise UserError("system.deadline_seconds: not used by asynchronous algorithms"
                       " (algorithm.max_staleness drops late updates)")

@@ -50,6 +50,12 @@ class ExperimentConfig:
   # Over-selection: sample clients_per_round + backup_clients, aggregate the
   # first clients_per_round to finish (see fedsim/experiment/system.py).
   backup_clients: int = bounded(0, min=0)
+  # How a round's clients are drawn (fedsim/data/sampling.py): `fixed`, exactly
+  # clients_per_round (+ backup_clients) of them; `poisson`, each client with
+  # probability sampling_rate (default clients_per_round / clients), so
+  # clients_per_round is the expected count. Each has its own DP accounting.
+  sampling: Literal["fixed", "poisson"] = "fixed"
+  sampling_rate: float | None = bounded(None, gt=0, max=1, used_with=("sampling", "poisson"))
   system: SystemConfig = dataclasses.field(default_factory=SystemConfig)
   eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
   # Which runtime runs the rounds, with its own keys (fedsim/runtime/registry.py;
@@ -80,6 +86,7 @@ class ExperimentConfig:
       raise UserError(f"backup_clients: clients_per_round + backup_clients ="
                       f" {self.clients_per_round + self.backup_clients} is larger than"
                       f" data.num_clients ({num_clients})")
+    self._check_sampling()
     if self.system.min_clients > self.clients_per_round:
       raise UserError(f"system.min_clients: {self.system.min_clients} is larger than"
                       f" clients_per_round ({self.clients_per_round})")
@@ -96,6 +103,22 @@ class ExperimentConfig:
       if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", variant):
         raise UserError(f"variants.{variant}: variant names must be letters, digits,"
                         " '_', '-' or '.'")
+
+  def _check_sampling(self) -> None:
+    if self.sampling != "poisson":
+      return
+    if self.backup_clients:
+      # Over-selection picks the fastest of the sample: the round would no
+      # longer be each client with probability q, which its accounting assumes.
+      raise UserError(f"backup_clients: {self.backup_clients} backup clients with sampling:"
+                      " poisson; over-selection needs a fixed-size sample (set"
+                      " sampling: fixed, or backup_clients: 0)")
+
+  def poisson_rate(self, population: int) -> float | None:
+    """q, each client's chance to be in a round, with `sampling: poisson`; else None."""
+    if self.sampling != "poisson":
+      return None
+    return self.sampling_rate or min(1.0, self.clients_per_round / population)
 
   def aggregation_chain(self) -> tuple:
     """The aggregation stages, with `compression.aggregation` as a final `encode`."""
@@ -117,4 +140,4 @@ class ExperimentConfig:
       raise UserError("compression.broadcast: a broadcast chain is set too; keep one of them")
     kind = getattr(self.algorithm.params, "aggregation_kind", None)
     check_chain(self.aggregation_chain(), kind() if kind else None, self.algorithm.name,
-                self.clients_per_round)
+                self.clients_per_round, sampling=self.sampling)
