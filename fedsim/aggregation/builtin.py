@@ -153,6 +153,9 @@ class DpGaussianParams:
   # Adaptive only: noise on the clipped count; None: 0.05 * clients_per_round (TFF's).
   clipped_count_stddev: float | None = bounded(None, gt=0)
   delta: float = bounded(1e-5, gt=0, max=1)  # the delta epsilon is reported at
+  # How epsilon is accounted (aggregation/accounting.py): Renyi DP, or privacy
+  # loss distributions (tight up to a 1e-3 grid of the loss).
+  accountant: Literal["rdp", "pld"] = "rdp"
 
 
 def _check_dp_gaussian(params: DpGaussianParams, context: StageContext, key: str) -> None:
@@ -171,7 +174,8 @@ def _check_dp_gaussian(params: DpGaussianParams, context: StageContext, key: str
 def _dp_gaussian_ledger(params: DpGaussianParams, scope):
   from fedsim.aggregation.accounting import PrivacyLedger
   return PrivacyLedger(params.noise_multiplier, scope.population, scope.sample_size,
-                       params.delta)
+                       params.delta, poisson_rate=scope.poisson_rate,
+                       accountant=params.accountant)
 
 
 @register_aggregation_stage("dp_gaussian", DpGaussianParams, role=PRIVATE, inner_key="dp",

@@ -42,3 +42,8 @@ def rdp_curve(accountant: Any) -> tuple[np.ndarray, np.ndarray]:
   """(orders, RDP at each order) that a dp_accounting `RdpAccountant` has composed."""
   return (np.asarray(accountant._orders, float),  # pylint: disable=protected-access
           np.asarray(accountant._rdp, float))  # pylint: disable=protected-access
+
+
+def pld_of_accountant(accountant: Any) -> Any:
+  """The `PrivacyLossDistribution` a dp_accounting `PLDAccountant` has composed."""
+  return accountant._pld  # pylint: disable=protected-access
