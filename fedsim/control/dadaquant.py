@@ -1,22 +1,28 @@
 """DAdaQuant (Hönig, Zhao, Mullins, ICML 2022, "DAdaQuant: Doubly-adaptive quantization for
-communication-efficient federated learning").
+communication-efficient federated learning"), section 3.4-3.6.
 
-Time-adaptive: the level count q starts at the initial value and doubles
-whenever the smoothed training loss, F^_t = psi F^_{t-1} + (1 - psi) F_t
-(F^_1 = F_1, psi = `smoothing`), has made no new minimum for `patience`
-rounds; it is smoothed because the loss comes from the round's sampled clients only.
+Time-adaptive (3.4): q starts at the initial value (q_min). The training
+loss of the sampled clients, G_t, is smoothed as GG_t = psi GG_{t-1} + (1 - psi) G_t
+(GG_1 = G_1; psi = `smoothing`, 0.9 in the paper). Training has converged
+when the smoothed loss rose across phi rounds (phi = `patience`), GG_t >
+GG_{t+1-phi}; q then doubles, up to the knob's max (q_max), and is held for
+at least phi rounds. The paper writes >=; its authors' code (a Flower
+strategy, `mov_avg_losses[-1] - mov_avg_losses[-block_length] > 0`) tests >,
+as here, so phi = 1 never doubles. The paper sets phi to a tenth of the
+rounds. Like that code, fedsim decides a round's q before it runs, from the
+rounds before: G_t is a row's "train/loss".
 
-Client-adaptive: sampled client k, of weight w_k = n_k / sum_j n_j (its
-examples), gets
+Client-adaptive (3.5, Theorem 1): sampled client i, of weight
+w_i = n_i / sum_j n_j (its examples), gets
 
-    q_k = sqrt(a / b) w_k^(2/3),   a = sum_j w_j^(2/3),   b = sum_j w_j^2 / q^2,
+    q_i = max(1, round( sqrt(a / b) w_i^(2/3) )),   a = sum_j w_j^(2/3),   b = sum_j w_j^2 / q^2,
 
-which minimises the paper's communication model (linear in q_k, as for
-Elias-coded QSGD) at the variance of every client quantized with q (the
-weighted sum's variance modelled as sum_k w_k^2 / q_k^2). With `equal:
-communication` it keeps sum_k q_k = K q and minimises the variance instead:
-q_k = K q w_k^(2/3) / a. Both are rounded to integers; `fedsim.control.levels`
-maps levels to `bits` or qsgd's `levels`.
+the levels that minimise the communication budget sum_i q_i (the paper
+finds communication roughly linear in q for Elias-coded QSGD) subject to the
+expected quantization variance, (t^2 / 6) sum_i w_i^2 / q_i^2 (Lemma 3), being
+that of every client at q. `equal: communication` is Lemma 4 instead: the
+budget sum_i q_i = K q kept, the variance minimised, q_i = K q w_i^(2/3) / a.
+`fedsim.control.levels` maps levels to `bits` or qsgd's `levels`.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from fedsim.metric_names import ROUND, TRAIN_LOSS
 
 @dataclasses.dataclass(frozen=True)
 class DAdaQuantParams:
-  patience: int = bounded(3, min=1)          # rounds without a new minimum before q doubles
+  patience: int = bounded(10, min=1)     # phi: rounds compared, and held at a level
   smoothing: float = bounded(0.9, min=0.0, max=0.999)  # psi of the loss's moving average
   client_adaptive: bool = True
   equal: Literal["variance", "communication"] = "variance"
@@ -52,7 +58,8 @@ def client_levels(q: float, weights: Sequence[float], equal: str = "variance") -
 
 def _smooth(state: dict, history, params: DAdaQuantParams, max_levels: float) -> dict:
   """`state` after the metrics rows it has not seen yet (by round number)."""
-  state = dict(state)
+  state = {**state, "smoothed": list(state["smoothed"])}
+  phi = params.patience
   for position, row in enumerate(history, start=1):
     round_num = int(row.get(ROUND, position))
     if round_num <= state["last_round"]:
@@ -61,15 +68,13 @@ def _smooth(state: dict, history, params: DAdaQuantParams, max_levels: float) ->
     loss = row.get(TRAIN_LOSS)
     if loss is None or not math.isfinite(loss):
       continue  # a skipped round says nothing about the loss
-    smoothed = state["smoothed"]
-    smoothed = loss if smoothed is None else params.smoothing * smoothed + (1 - params.smoothing) * loss
-    state["smoothed"] = smoothed
-    if state["best"] is None or smoothed < state["best"]:
-      state["best"], state["stale"] = smoothed, 0
-      continue
-    state["stale"] += 1
-    if state["stale"] >= params.patience:
-      state["levels"], state["stale"] = min(2 * state["levels"], max_levels), 0
+    window = state["smoothed"]
+    psi = params.smoothing
+    window.append(loss if not window else psi * window[-1] + (1 - psi) * loss)
+    del window[:-phi]  # GG_{t+1-phi} .. GG_t
+    state["held"] += 1
+    if state["held"] >= phi and len(window) == phi and window[-1] > window[0]:
+      state["levels"], state["held"] = min(2 * state["levels"], max_levels), 0
   return state
 
 
@@ -79,7 +84,7 @@ class DAdaQuant:
 
   def initial_state(self) -> dict:
     # `levels` is set from the knob's initial value at the first decision.
-    return {"levels": None, "smoothed": None, "best": None, "stale": 0, "last_round": 0}
+    return {"levels": None, "smoothed": [], "held": 0, "last_round": 0}
 
   def decide(self, state: dict, view: ServerView):
     knob = view.knob
@@ -99,5 +104,5 @@ class DAdaQuant:
 
 @register_controller("dadaquant", params=DAdaQuantParams)
 def build_dadaquant(params: DAdaQuantParams) -> DAdaQuant:
-  """DAdaQuant (Hönig et al. 2022): levels double when the smoothed loss stalls; per client, q_k ~ w_k^(2/3)."""
+  """DAdaQuant (Hönig et al. 2022): levels double when the smoothed loss stalls; per client, q_i ~ w_i^(2/3)."""
   return DAdaQuant(params)
