@@ -11,6 +11,9 @@ reported as the measurement `wire`. Nothing extra crosses the wire: the
 clients' `work` output is the encoded value alone, so sizing the compiled
 round sizes the same upload.
 
+A state update that copies an encoded tensor (powersgd's Q', see
+`updates_in_encoded`) is sent once: the server reads it from the encoded value.
+
 The state also counts the rounds this sum has run; with `round_noise`, the
 count goes to the clients with the encoder parameters (an int32: 32 bits
 down) and is folded into their noise (`noise_seeds.noise_round`).
@@ -45,6 +48,28 @@ def _state_combiners(encoders) -> list[Callable]:
   return out
 
 
+def updates_in_encoded(encoder) -> dict[int, str]:
+  """{flat index among `encoder`'s state updates: key of the encoded tensor it
+  copies}, read from a childless stage's `UPDATES_IN_ENCODED` ({update key:
+  encoded key}); {} when there is none."""
+  copies = dict(getattr(encoder.stage, "UPDATES_IN_ENCODED", None) or {})
+  if not copies or encoder.children:
+    return {}
+  # A childless encoder's updates are its stage's, flattened in key order.
+  return {i: te_api.ROOT_TENSORS_PREFIX + copies[key] for i, key in enumerate(sorted(copies))}
+
+
+def _sent_updates(updates, copies: dict[int, str]) -> list:
+  """The state updates a client sends: those its encoded value does not carry."""
+  return [u for i, u in enumerate(updates) if i not in copies]
+
+
+def _all_updates(sent, encoded, copies: dict[int, str], count: int) -> list:
+  """The client's state updates, the copies taken back from its encoded value."""
+  sent = iter(sent)
+  return [encoded[copies[i]] if i in copies else next(sent) for i in range(count)]
+
+
 class EncodedSumFactory(tff.aggregators.UnweightedAggregationFactory):
   """An `UnweightedAggregationFactory` for the sum of client values, encoded per tensor.
 
@@ -71,6 +96,8 @@ class EncodedSumFactory(tff.aggregators.UnweightedAggregationFactory):
     encoders = [te_api.gather_encoder(e, s) for e, s in zip(built, flat_specs)]
     meters = [wire_meter.WireMeter.of(e, s, self._lossless) for e, s in zip(built, flat_specs)]
     combiners = _state_combiners(encoders)
+    copies = [updates_in_encoded(e) for e in built]
+    counts = [len(tf.nest.flatten(e.state_update_aggregation_modes)) for e in encoders]
     round_noise = self._round_noise
 
     @tff.tensorflow.computation
@@ -101,9 +128,13 @@ class EncodedSumFactory(tff.aggregators.UnweightedAggregationFactory):
       params, round_index = encode_params["encoders"], encode_params[NOISE_ROUND_KEY]
       with (te_api.noise_round(round_index) if round_noise else contextlib.nullcontext()):
         pairs = [e.encode(x, p) for e, x, p in zip(encoders, tf.nest.flatten(value), params)]
-      return [p[0] for p in pairs], before_sum_params, [list(p[1]) for p in pairs]
+      return ([p[0] for p in pairs], before_sum_params,
+              [_sent_updates(p[1], c) for p, c in zip(pairs, copies)])
 
     encoded_type = encode.type_signature.result
+
+    def all_updates(encoded, sent):
+      return [_all_updates(s, x, c, n) for s, x, c, n in zip(sent, encoded, copies, counts)]
 
     def decode_before_sum(encoded, params):
       return [e.decode_before_sum(x, p) for e, x, p in zip(encoders, encoded, params)]
@@ -112,8 +143,12 @@ class EncodedSumFactory(tff.aggregators.UnweightedAggregationFactory):
     def part_decoded_shape(encoded, params):
       return decode_before_sum(encoded, params)
 
+    @tff.tensorflow.computation(encoded_type[0], encoded_type[2])
+    def updates_shape(encoded, sent):
+      return all_updates(encoded, sent)
+
     part_type = part_decoded_shape.type_signature.result
-    updates_type = encoded_type[2]
+    updates_type = updates_shape.type_signature.result
 
     def zeros_of(type_spec):
       return tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype),
@@ -138,8 +173,8 @@ class EncodedSumFactory(tff.aggregators.UnweightedAggregationFactory):
       encoded, params, updates = client
       wire = wire_meter.add(acc["wire"], wire_meter.measure_value(meters, encoded))
       values = tf.nest.map_structure(tf.add, acc["values"], decode_before_sum(encoded, params))
-      return accumulator(values, acc["count"] + 1, combine_updates(acc["updates"], updates),
-                         wire)
+      return accumulator(values, acc["count"] + 1,
+                         combine_updates(acc["updates"], all_updates(encoded, updates)), wire)
 
     @tff.tensorflow.computation(acc_type, acc_type)
     def merge(a, b):

@@ -11,6 +11,7 @@ result becomes an `Encoder` through `as_encoder`; the built-in `uniform` and
 
 from __future__ import annotations
 
+import contextvars
 from typing import Any
 
 import numpy as np
@@ -51,7 +52,31 @@ def encoder_for(spec: tf.TensorSpec, direction: DirectionSpec | None) -> te_api.
   if direction is None or not is_encoded(spec, direction.min_elements, direction.threshold):
     return te_api.identity_encoder()
   entry = ENCODERS.get(direction.encoder.name)
-  return as_encoder(entry.build(direction.encoder.params))
+  token = _ENCODED_SPEC.set(spec)
+  try:
+    return as_encoder(entry.build(direction.encoder.params))
+  finally:
+    _ENCODED_SPEC.reset(token)
+
+
+_ENCODED_SPEC: contextvars.ContextVar[tf.TensorSpec | None] = contextvars.ContextVar(
+    "fedsim_encoded_spec", default=None)
+
+
+def encoded_spec() -> tf.TensorSpec:
+  """The spec of the tensor whose encoder `encoder_for` is building.
+
+  tensor_encoding's `initial_state()` takes no input, so a stage whose state
+  is shaped by the tensor (powersgd's warm-start factor) reads the shape here
+  when it is built.
+
+  Raises:
+    RuntimeError: outside `encoder_for`'s call of a registered builder.
+  """
+  spec = _ENCODED_SPEC.get()
+  if spec is None:
+    raise RuntimeError("encoded_spec() is only known while encoder_for builds an encoder")
+  return spec
 
 
 def as_encoder(built: Any) -> te_api.Encoder:

@@ -165,3 +165,7 @@ def _kashin(params: KashinParams) -> Any:
       te_api.SeededKashinStage(params.eta, params.delta, params.iterations),
       te_api.SeededUniformQuantizationStage(params.bits, stochastic=True),
       te_api.stages.BitpackingEncodingStage(params.bits))
+
+
+# PowerSGD registers itself in its own module, as a plugin's encoder would.
+from fedsim.compression import powersgd as _powersgd  # noqa: E402,F401

@@ -36,6 +36,10 @@ Encoder = te.core.Encoder
 EncodingStageInterface = te.core.EncodingStageInterface
 AdaptiveEncodingStageInterface = te.core.AdaptiveEncodingStageInterface
 tf_style_encoding_stage = te.core.tf_style_encoding_stage
+tf_style_adaptive_encoding_stage = te.core.tf_style_adaptive_encoding_stage
+StateAggregationMode = te.core.StateAggregationMode
+# A gather encoder's encoded dict keys its root stage's tensors "tensors/KEY".
+ROOT_TENSORS_PREFIX = "tensors/"
 stages = te.stages
 
 
