@@ -29,7 +29,9 @@ def _tutorial_epsilon(clients_per_round: int, accountant: str = "rdp") -> tuple[
   config, _ = load_config({
       "name": "tff_dp_tutorial", "rounds": ROUNDS, "clients_per_round": clients_per_round,
       "sampling": "poisson",
-      "data": {"name": "emnist_synthetic", "num_clients": POPULATION}, "model": {"name": "mlp", "hidden": [8]},
+      # Federated EMNIST's N; only the config is read, no data is built.
+      "data": {"name": "emnist_synthetic", "num_clients": POPULATION},
+      "model": {"name": "mlp", "hidden": [8]},
       "algorithm": {"name": "fedavg", "client_weighting": "uniform",
                     "client_optimizer": {"name": "sgd", "learning_rate": 0.01}},
       "aggregation": [{"name": "dp_gaussian", "noise_multiplier": z, "clip": 0.1,
