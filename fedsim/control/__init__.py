@@ -111,22 +111,24 @@ def clamp(value: float, knob: Knob) -> float:
   return float(min(max(value, knob.minimum), knob.maximum))
 
 
+def metric(row: Mapping[str, float], key: str) -> float | None:
+  """Metric `key` of a metrics row as a float, or None when it is missing or not a
+  finite number (a round that skipped training, a row read back as text)."""
+  try:
+    value = float(row[key])
+  except (KeyError, TypeError, ValueError):
+    return None
+  return value if math.isfinite(value) else None
+
+
 def latest(history, key: str) -> float | None:
   """The newest finite value of metric `key` in `history`, or None."""
-  for row in reversed(history):
-    value = row.get(key)
-    if value is not None and math.isfinite(value):
-      return float(value)
-  return None
+  return next((v for row in reversed(history) if (v := metric(row, key)) is not None), None)
 
 
 def earliest(history, key: str) -> float | None:
   """The oldest finite value of metric `key` in `history`, or None."""
-  for row in history:
-    value = row.get(key)
-    if value is not None and math.isfinite(value):
-      return float(value)
-  return None
+  return next((v for row in history if (v := metric(row, key)) is not None), None)
 
 
 # The built-ins register themselves (after the names above, which they import).

@@ -32,7 +32,7 @@ import math
 from typing import Literal, Sequence
 
 from fedsim.config.typed import bounded
-from fedsim.control import ServerView, register_controller
+from fedsim.control import ServerView, metric, register_controller
 from fedsim.control.levels import from_levels, require_levels, to_levels
 from fedsim.metric_names import ROUND, TRAIN_LOSS
 
@@ -61,12 +61,12 @@ def _smooth(state: dict, history, params: DAdaQuantParams, max_levels: float) ->
   state = {**state, "smoothed": list(state["smoothed"])}
   phi = params.patience
   for position, row in enumerate(history, start=1):
-    round_num = int(row.get(ROUND, position))
+    round_num = int(metric(row, ROUND) or position)
     if round_num <= state["last_round"]:
       continue
     state["last_round"] = round_num
-    loss = row.get(TRAIN_LOSS)
-    if loss is None or not math.isfinite(loss):
+    loss = metric(row, TRAIN_LOSS)
+    if loss is None:
       continue  # a skipped round says nothing about the loss
     window = state["smoothed"]
     psi = params.smoothing

@@ -5,14 +5,16 @@ A sampled client's round takes, as the simulated clock counts it
 
     (download_bits / down_bps + latency_s) + compute_seconds + (upload_bits(v) / up_bps + latency_s)
 
-Among the candidate values (every integer in [min, max] for an integer
-parameter; for a float one the `values` given, or `steps` evenly spaced
-points), the client gets the one with the most upload bits whose round time is
+Among the candidate values (the `values` given; else every integer in
+[min, max] for an integer parameter, `steps` evenly spaced points for a
+float one), the client gets the one with the most upload bits whose round time is
 <= system.deadline_seconds (the largest such value, for parameters whose
 bits grow with the value: bits, levels, k, fraction), and the one with the
 fewest bits when none is: slow links send less instead of arriving late.
 Candidates are searched by bisection, assuming bits monotone in the value,
-so a round sizes O(log(max - min)) values, not all of them.
+so a round sizes O(log(candidates)) values per client, not all of them. Each
+value sized is a round compiled (and cached) by the engine: for a wide range
+(topk's k) a short `values` list keeps that to a few.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from fedsim.errors import UserError
 
 @dataclasses.dataclass(frozen=True)
 class LinkBudgetParams:
-  values: list[float] | None = None   # a float parameter's candidates (default: `steps` points)
-  steps: int = bounded(16, min=2)
+  values: list[float] | None = None   # the candidates (default: every integer, or `steps` points)
+  steps: int = bounded(16, min=2)      # a float parameter's candidates without `values`
 
 
 def round_seconds(client: ClientView, upload_bits: int) -> float:
@@ -39,15 +41,24 @@ def round_seconds(client: ClientView, upload_bits: int) -> float:
 
 
 def candidates(knob: Knob, params: LinkBudgetParams) -> list[float]:
-  """The values a client may get, increasing."""
-  if knob.integer:
-    return list(range(math.ceil(knob.minimum), math.floor(knob.maximum) + 1))
+  """The values a client may get, increasing.
+
+  Raises:
+    UserError: `values` has none within [min, max], or a fraction for an integer parameter.
+  """
   if params.values is not None:
     inside = sorted({float(v) for v in params.values if knob.minimum <= v <= knob.maximum})
     if not inside:
       raise UserError(f"controller 'link_budget': values {params.values} has none within"
                       f" [{knob.minimum}, {knob.maximum}]")
+    if knob.integer:
+      if any(not v.is_integer() for v in inside):
+        raise UserError(f"controller 'link_budget': values {params.values} are not all"
+                        f" integers ('{knob.param}' is an integer)")
+      return [int(v) for v in inside]
     return inside
+  if knob.integer:
+    return list(range(math.ceil(knob.minimum), math.floor(knob.maximum) + 1))
   step = (knob.maximum - knob.minimum) / (params.steps - 1)
   return [knob.minimum + i * step for i in range(params.steps - 1)] + [float(knob.maximum)]
 

@@ -52,9 +52,10 @@ def test_bits_hold_the_paper_levels():
 def test_rounds_without_a_finite_loss_are_passed_over():
   controller = CONTROLLERS.get("adaquantfl").build(None)
   the_knob = knob("levels", initial=4, minimum=1, maximum=100, encoder="qsgd")
-  rows = ({"round": 1}, {"round": 2, "train/loss": 4.0}, {"round": 3, "train/loss": 1.0},
-          {"round": 4, "train/loss": float("nan")})
-  _, value = controller.decide({}, dataclasses.replace(view(5, the_knob), history=rows))
+  # ... and a row read back from metrics.csv as text counts as its number.
+  rows = ({"round": 1}, {"round": 2, "train/loss": 4.0}, {"round": 3, "train/loss": "1.0"},
+          {"round": 4, "train/loss": float("nan")}, {"round": 5, "train/loss": ""})
+  _, value = controller.decide({}, dataclasses.replace(view(6, the_knob), history=rows))
   assert value == 8  # sqrt(4 / 1) * 4
 
 

@@ -72,6 +72,23 @@ def test_a_wide_integer_range_sizes_few_values():
   assert len(set(asked)) <= 2 + 20 * 20  # bisection: ~20 values per client, not a million
 
 
+def test_an_integer_parameter_can_be_limited_to_a_few_values():
+  asked = []
+
+  def upload_bits(k):
+    asked.append(k)
+    return 64 * k
+
+  the_knob = knob("k", 10, 1, 1_000_000, encoder="topk", upload_bits=upload_bits)
+  clients = [client("a", up_bps=64.0, down_bps=1e9), client("b", up_bps=6400.0, down_bps=1e9)]
+  # k <= 100 and k <= 10,000 (100 s)
+  got = _decide(the_knob, clients, 100.0, values=[10, 100, 1000, 5000, 20000, 2e6])
+  assert got == {"a": 100, "b": 5000} and all(type(v) is int for v in got.values())
+  assert set(asked) <= {10, 100, 1000, 5000, 20000}
+  with pytest.raises(UserError, match=r"values \[1.5, 3\] are not all integers \('k' is"):
+    _decide(the_knob, clients, 100.0, values=[1.5, 3])
+
+
 @pytest.mark.parametrize("clients, deadline_s, message", [
     ([client("a", up_bps=1e3, down_bps=1e3)], None, "needs system.deadline_seconds"),
     ([client("a")], 10.0, "needs system.profiles"),
