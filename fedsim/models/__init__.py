@@ -93,7 +93,7 @@ def register_model(name: str, params: type = NoParams, replace: bool = False) ->
   `num_classes` the dataset's class count. It returns an uncompiled
   `tf.keras.Sequential` or functional `tf.keras.Model` whose output is logits
   `[batch, num_classes]` (`[batch, T, num_classes]` for sequence data); a
-  final softmax is removed for training (see README, "Your own model").
+  final softmax is removed for training (see docs/guides/own-model.md).
   Import TensorFlow inside the function, not at module level.
 
   Example:

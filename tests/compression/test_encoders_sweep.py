@@ -1,4 +1,4 @@
-"""experiments/encoders.yaml, the sweep behind README's encoder table, covers every
+"""experiments/encoders.yaml, the sweep behind the encoder table of docs/guides/compare-encoders.md, covers every
 registered encoder on the upload, and the biased ones with and without error
 feedback: an encoder added to fedsim but left out of the sweep fails here."""
 

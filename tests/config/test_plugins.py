@@ -145,9 +145,9 @@ def test_cli_plugin_flag_and_failure(tmp_path, monkeypatch, capsys):
 
 
 def _readme_example(tmp_path):
-  """Writes README's example plugin and config ("Extending fedsim") into tmp_path."""
-  readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
-  section = readme.split("## Extending fedsim", 1)[1].split("\n## ", 1)[0]
+  """Writes the documentation's example plugin and config (docs/guides/plugins.md,
+  once README's "Extending fedsim") into tmp_path."""
+  section = (pathlib.Path(__file__).parents[2] / "docs" / "guides" / "plugins.md").read_text()
   code = section.split("```python\n", 1)[1].split("```", 1)[0]
   config = section.split("```yaml\nname: blobs", 1)[1].split("```", 1)[0]
   _write(tmp_path / "my_plugin.py", code)

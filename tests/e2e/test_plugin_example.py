@@ -1,4 +1,4 @@
-"""The plugin example of README, as a user runs it: one plugin file next to a
+"""The plugin example of docs/guides/plugins.md, as a user runs it: one plugin file next to a
 config registers a Keras model, an encoder and a TFF aggregation stage."""
 
 from __future__ import annotations

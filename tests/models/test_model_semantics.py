@@ -137,7 +137,7 @@ def test_final_model_npz_round_trips_into_fedsim_and_keras(tmp_path):
   for got, want in zip(weights(restarted), arrays):
     np.testing.assert_array_equal(got, want)
 
-  # The README's recipe: the builder's own Keras model takes the file as is.
+  # The recipe of docs/guides/own-model.md: the builder's own Keras model takes the file as is.
   keras = keras_builders.dense((3,), 3, hidden=4, softmax="layer")
   keras.set_weights(arrays)
   np.testing.assert_allclose(keras(X, training=False).numpy(),

@@ -42,7 +42,7 @@ def test_own_model_starts_from_file_and_exports_for_keras(tff_runtime, tmp_path)
   for got, want in zip(arrays, start.initial_weights.trainable):
     np.testing.assert_allclose(got, want, atol=1e-6)
 
-  # The README's recipe: the builder's own Keras model (softmax and dropout
+  # docs/guides/own-model.md's recipe: the builder's own Keras model (softmax and dropout
   # included) takes the file and, in inference mode, reproduces the evaluation.
   test = DATASETS.get("digits").build(parse(DATASETS.get("digits").params,
                                             {k: v for k, v in DATA.items() if k != "name"},
