@@ -14,7 +14,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "fedsim"
 LAYERS = (
     # Registries, typed config, errors, random streams, metric names, the task and algorithm types.
     {"fedsim.errors", "fedsim.registry", "fedsim.task", "fedsim.config", "fedsim.seeds",
-     "fedsim.metric_names"},
+     "fedsim.metric_names", "fedsim.control"},
     {"fedsim.data", "fedsim.models", "fedsim.compression", "fedsim.backend", "fedsim.plugins"},
     {"fedsim.aggregation", "fedsim.sizing"},  # stages over encoders; bits of a compiled round
     {"fedsim.learning"},  # client work, stages and composition

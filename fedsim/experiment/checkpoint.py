@@ -54,6 +54,7 @@ from fedsim.experiment.model_export import export_model  # noqa: F401
 CHECKPOINTS = "checkpoints"
 SERVER_STATE = "server_state.npz"
 PROGRESS = "progress.json"
+CONTROL = "control.json"  # a controller's state (fedsim.experiment.control)
 CLIENT_STATES = "client_states"
 _NAME = re.compile(r"round_(\d+)")
 
@@ -72,6 +73,24 @@ class Checkpoint:
   @property
   def client_states(self) -> pathlib.Path:
     return self.path / CLIENT_STATES
+
+  def control_state(self) -> dict:
+    """The controller's saved state.
+
+    Raises:
+      UserError: naming the file, if it is missing or unreadable (a run
+        checkpointed without a controller cannot resume with one).
+    """
+    path = self.path / CONTROL
+    try:
+      state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+      raise UserError(f"{path}: cannot read the controller's state"
+                      f" ({type(e).__name__}: {e}); was the run checkpointed without a"
+                      " controller?") from None
+    if not isinstance(state, dict):
+      raise UserError(f"{path}: the controller's state is not a mapping")
+    return state
 
   def server_state(self, template: Any) -> Any:
     """The saved server state, in the structure of `template`.
@@ -186,7 +205,8 @@ def save_checkpoint(run_dir: str | os.PathLike, round_num: int, server_state: An
                     simulated_seconds: float, broadcast_history: Sequence[int],
                     aggregate_history: Sequence[int], keep: int,
                     client_states: pathlib.Path | None = None,
-                    extra_npz: Mapping[str, Mapping[str, Any]] | None = None) -> pathlib.Path:
+                    extra_npz: Mapping[str, Mapping[str, Any]] | None = None,
+                    control_state: Mapping[str, Any] | None = None) -> pathlib.Path:
   """Writes the checkpoint of `round_num` and deletes all but the newest `keep`.
 
   Args:
@@ -199,6 +219,7 @@ def save_checkpoint(run_dir: str | os.PathLike, round_num: int, server_state: An
     client_states: the directory of per-client .npz files, if any.
     extra_npz: file name -> named arrays, written into the checkpoint too
       (the asynchronous loop's clients in flight).
+    control_state: a controller's state (JSON), if the run has one.
 
   Returns:
     The checkpoint directory.
@@ -227,6 +248,9 @@ def save_checkpoint(run_dir: str | os.PathLike, round_num: int, server_state: An
       _link_client_states(client_states, tmp / CLIENT_STATES)
     for name, arrays in (extra_npz or {}).items():
       write_npz(tmp / name, arrays, sync=True)
+    if control_state is not None:
+      # repr-exact floats: a resumed controller decides exactly as it would have.
+      _write_synced(tmp / CONTROL, json.dumps(control_state))
     previous = _complete_dirs(pathlib.Path(run_dir))
     write_manifest(tmp, round_num, previous[-1][1] if previous else None)
     _fsync_file(tmp)

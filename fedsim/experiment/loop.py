@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import pathlib
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 from fedsim.backend import quiet
 from fedsim.errors import HostError
 from fedsim.experiment import run_state
 from fedsim.experiment.callbacks import CLIENTS_CSV, FINAL_MODEL, standard_callbacks
 from fedsim.experiment.checkpoint import Checkpoint
+from fedsim.experiment.control import control_metrics, server_view
 from fedsim.experiment.client_states import ClientStateStore
 from fedsim.experiment.round_info import RoundInfo
 from fedsim.experiment.round_result import RoundResult, round_metrics
@@ -31,6 +32,7 @@ from fedsim.experiment.simulation import RoundClients, Simulation, round_input
 from fedsim.experiment.system import RoundOutcome, simulate_round
 from fedsim.metric_names import (CLIENTS_AGGREGATED, CLIENTS_FAILED, ROUND_SIMULATED_SECONDS,
                                  ROUND_SKIPPED, SIMULATED_SECONDS)
+from fedsim.runtime.mixed import next_mixed
 from fedsim.sizing import SizeInfo
 
 __all__ = ["CLIENTS_CSV", "FINAL_MODEL", "RunResult", "run_rounds"]
@@ -68,10 +70,14 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
     callbacks.on_start(run)
     run_state.begin(run)
     play = run.player.play_round if run.player is not None else _play_round
+    controlled = {} if sim.control is None else {"history": run.history}
     for run.round_num in range(run.start + 1, sim.config.rounds + 1):
+      if sim.control is not None:
+        controlled["control_state"] = run.control_state
       record = play(sim, run.state, run.states, run.round_num, run.simulated_seconds,
-                    run.sizes, run_dir)
+                    run.sizes, run_dir, **controlled)
       run.state, run.simulated_seconds = record.state, record.simulated_seconds
+      run.control_state = record.control_state
       callbacks.after_round(run, record)
       run.history.append(record.metrics)
     callbacks.on_end(run)
@@ -84,13 +90,18 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
 
 
 def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_num: int,
-                simulated_total: float, sizes: SizeInfo, run_dir: pathlib.Path) -> RoundResult:
+                simulated_total: float, sizes: SizeInfo, run_dir: pathlib.Path, *,
+                history: Sequence[Mapping[str, float]] = (),
+                control_state: dict | None = None) -> RoundResult:
   """Runs one synchronous round: sample, simulate the devices, run the process.
 
   Each round samples `clients_per_round + backup_clients` clients, lets the
   device model decide which of them are aggregated, and runs the process on
   those. A round with fewer reports than `system.min_clients` is skipped
-  (logged in `events.log`), not failed.
+  (logged in `events.log`), not failed. With a controlled encoder parameter,
+  its controller first decides each sampled client's value (from
+  `control_state` and the metrics `history` of the rounds before), each
+  client is timed and sized at its own value, and runs that value's round.
 
   Returns:
     The RoundResult: new state, metrics, simulated seconds so far, the
@@ -102,10 +113,19 @@ def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_n
   config = sim.config
   sampled = sim.sampler.sample(round_num, config.clients_per_round + config.backup_clients)
   clients = RoundClients(sim, round_num, sampled)  # packed as the runtime reads them
+  examples = clients.num_examples()
+  values, wires = None, None
+  if sim.control is not None:
+    view = server_view(sim, round_num, history, sampled, examples)
+    control_state, values = sim.control.decide(control_state, view)
+    wires = {cid: sim.control.variant(v).wire for cid, v in values.items()}
+  wire_bits = ((sim.wire.broadcast, sim.wire.aggregate) if wires is None else
+               (wires[sampled[0]].broadcast, {cid: w.aggregate for cid, w in wires.items()})
+               if sampled else (sim.wire.broadcast, sim.wire.aggregate))
   outcome = simulate_round(
-      config.system, sampled, clients.num_examples(),
+      config.system, sampled, examples,
       config.clients_per_round, config.seed, round_num,
-      wire_bits=(sim.wire.broadcast, sim.wire.aggregate), population=sim.data.client_ids)
+      wire_bits=wire_bits, population=sim.data.client_ids)
   simulated_total += outcome.round_seconds
   measurements, state_metrics, seconds = None, None, 0.0
   if outcome.skipped:
@@ -118,24 +138,61 @@ def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_n
     begin = time.perf_counter()
     # TFF compiles the round at its first call, and grappler logs known noise.
     with quiet.filtered_stderr():
-      if states is None:
+      if values is not None:
+        state, measurements, state_metrics = _play_controlled(
+            sim, state, states, clients, outcome.aggregated, values, round_num)
+      elif states is None:
         state, measurements = process.next(state, data)
       else:
         state, measurements, new_states = process.next(
             state, data, states.load(outcome.aggregated))
         state_metrics = states.save(outcome.aggregated, new_states, round_num)  # residual ages
     seconds = time.perf_counter() - begin
+  late = [cid for cid in outcome.uploaded if cid not in set(outcome.aggregated)]
+  if wires is not None and sampled:
+    # This round's static sizes: its broadcast, and each upload at its client's value.
+    sizes.per_client = wires[sampled[0]]
   metrics = round_metrics(round_num, measurements, sim.algorithm.aggregation_plan,
                           _outcome_metrics(outcome, simulated_total), seconds=seconds,
                           sizes=sizes, downloads=len(outcome.sampled),
-                          uploads=len(outcome.aggregated),
-                          late_uploads=len(outcome.uploaded) - len(outcome.aggregated),
-                          client_states=state_metrics)
+                          uploads=len(outcome.aggregated), late_uploads=len(late),
+                          client_states=state_metrics,
+                          upload_static=None if wires is None else (
+                              [wires[c].aggregate for c in outcome.aggregated],
+                              [wires[c].aggregate for c in late]))
+  if values is not None:
+    metrics.update(control_metrics(sim.control.controlled.spec.param,
+                                   [values[c] for c in outcome.aggregated or sampled]))
   if sim.privacy is not None:
     # Rounds that aggregated released a noised mean; skipped ones released nothing.
     metrics.update(sim.privacy.round_metrics(sum(1 for b in sizes.aggregate_history if b)))
+  per_client = None if values is None else (
+      tuple(values[c] for c in outcome.aggregated),
+      tuple(wires[c].aggregate for c in outcome.aggregated))
   return RoundResult(state, metrics, simulated_total, sampled=tuple(outcome.sampled),
-                     aggregated=tuple(outcome.aggregated))  # () for a skipped round
+                     aggregated=tuple(outcome.aggregated),  # () for a skipped round
+                     control_state=control_state, client_values=per_client)
+
+
+def _play_controlled(sim: Simulation, state, states: ClientStateStore | None,
+                     clients: RoundClients, aggregated: Sequence[str],
+                     values: Mapping[str, float], round_num: int):
+  """The round of clients whose encoder parameters differ: each value's clients
+  run that value's round (`fedsim.runtime.mixed`). Returns (state,
+  measurements, client-state metrics or None)."""
+  by_value: dict[float, list[str]] = {}
+  for cid in aggregated:
+    by_value.setdefault(values[cid], []).append(cid)
+  groups = []
+  for value, ids in by_value.items():
+    process = sim.control.variant(value).process
+    groups.append((process, round_input(process, clients.only(ids)),
+                   None if states is None else states.load(ids)))
+  out = next_mixed(groups, state, sim.config.runtime.name)
+  if states is None:
+    return out[0], out[1], None
+  order = [cid for ids in by_value.values() for cid in ids]
+  return out[0], out[1], states.save(order, out[2], round_num)
 
 
 def _outcome_metrics(outcome: RoundOutcome, simulated_total: float) -> dict[str, float]:

@@ -47,19 +47,30 @@ class RoundResult:
   sampled: tuple[str, ...]
   aggregated: tuple[str, ...]
   staleness: tuple[int, ...] | None = None
+  # A controller's state after deciding this round (None without one).
+  control_state: dict | None = None
+  # With a controller: (each aggregated client's value, its upload's static bits).
+  client_values: tuple[tuple[float, ...], tuple[int, ...]] | None = None
 
   def clients_row(self) -> dict[str, str]:
     """The round's `clients.csv` cells: ids (and staleness) separated by spaces,
-    staleness empty for a synchronous round."""
-    return {"sampled": " ".join(self.sampled),
-            "aggregated": " ".join(self.aggregated),
-            "staleness": "" if self.staleness is None else " ".join(map(str, self.staleness))}
+    staleness empty for a synchronous round; with a controller, each aggregated
+    client's `value` and `upload_bits` too, in `aggregated` order."""
+    row = {"sampled": " ".join(self.sampled),
+           "aggregated": " ".join(self.aggregated),
+           "staleness": "" if self.staleness is None else " ".join(map(str, self.staleness))}
+    if self.client_values is not None:
+      values, bits = self.client_values
+      row["value"] = " ".join(map(repr, values))
+      row["upload_bits"] = " ".join(map(str, bits))
+    return row
 
 
 def round_metrics(round_num: int, measurements: Mapping[str, Any] | None, aggregation_plan,
                   clients: Mapping[str, float], *, seconds: float, sizes: SizeInfo,
                   downloads: int, uploads: int, late_uploads: int,
-                  client_states: Mapping[str, float] | None = None) -> dict[str, float]:
+                  client_states: Mapping[str, float] | None = None,
+                  upload_static=None) -> dict[str, float]:
   """One round's metrics, in metrics.csv's column order, for either schedule.
 
   Args:
@@ -69,6 +80,8 @@ def round_metrics(round_num: int, measurements: Mapping[str, Any] | None, aggreg
     sizes: records the round's bits (`downloads` clients received the model,
       `uploads` were aggregated, `late_uploads` sent theirs too late).
     client_states: the client-state store's metrics (residual ages), if any.
+    upload_static: (aggregated, late) uploads' static bits, one per client,
+      when clients' encoders differ (a controller); else `sizes.per_client`'s.
 
   Raises:
     RunFailed: the round's training diverged.
@@ -81,7 +94,7 @@ def round_metrics(round_num: int, measurements: Mapping[str, Any] | None, aggreg
   metrics.update(clients)
   metrics[ROUND_SECONDS] = seconds
   metrics.update(sizes.round_metrics(downloads, uploads, late_uploads=late_uploads,
-                                     measured=metrics))
+                                     measured=metrics, upload_static=upload_static))
   return metrics
 
 

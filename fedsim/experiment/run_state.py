@@ -61,6 +61,7 @@ class Run:
     sizes: bits sent so far (None until `begin`).
     states: the clients' states, for algorithms whose clients keep state.
     player: the buffered (asynchronous) schedule, None for synchronous rounds.
+    control_state: the controller's state, None without one.
     history: metrics of every round logged so far, resumed ones included
       (the metrics.csv callback reads them back on resume).
   """
@@ -76,6 +77,8 @@ class Run:
   states: ClientStateStore | None = None
   player: async_loop.BufferedRounds | None = None
   history: list[dict[str, float]] = dataclasses.field(default_factory=list)
+  # A controlled encoder parameter's controller state (server state: checkpointed).
+  control_state: dict | None = None
 
   def __post_init__(self):
     self.round_num = self.start
@@ -115,6 +118,9 @@ def begin(run: Run) -> None:
     if sim.algorithm.stateful_clients:
       restore_client_states(checkpoint, run.run_dir / CLIENT_STATES)
   run.sizes.restore_entropy(run.history)  # metrics.csv alone keeps them
+  if sim.control is not None:
+    run.control_state = (checkpoint.control_state() if checkpoint is not None
+                         else sim.control.initial_state())
   if sim.algorithm.stateful_clients:
     run.states = ClientStateStore(run.run_dir / CLIENT_STATES, sim.algorithm.initial_client_state,
                                   sim.config.runtime.params.client_state_memory_mb * 2**20)

@@ -12,6 +12,8 @@ from fedsim.aggregation import (AGGREGATION_STAGES, BROADCAST_STAGES, PrivacyLed
 from fedsim.algorithms import ALGORITHMS, FederatedAlgorithm, Task
 from fedsim.experiment.config.loader import parse_config, plain
 from fedsim.experiment.config.schema import ExperimentConfig
+from fedsim.experiment.control import (Controlled, RoundControl, Variant, find_controlled,
+                                       fixed_chain)
 from fedsim.data import DATASETS
 from fedsim.data.federated import FederatedData, with_holdout
 from fedsim.data.packing import pack
@@ -48,6 +50,8 @@ class Simulation:
   privacy: PrivacyLedgers | None = None
   # (weights, round) -> eval_clients/* metrics, with `eval.federated` (client_eval.py).
   evaluate_clients: Any = None
+  # A controlled encoder parameter's controller and variants (fedsim.experiment.control).
+  control: RoundControl | None = None
 
 
 def build_simulation(config: ExperimentConfig) -> Simulation:
@@ -64,13 +68,28 @@ def build_simulation(config: ExperimentConfig) -> Simulation:
                     f" backup_clients) is more than the {len(data.client_ids)} clients of"
                     f" data '{config.data.name}'")
   model = _task_model(config, data)
-  algorithm = _build_algorithm(config, model, num_clients=len(data.client_ids))
+  controlled = _controlled(config)
+  fixed = (controlled, controlled.spec.initial) if controlled is not None else None
+  algorithm = _build_algorithm(config, model, num_clients=len(data.client_ids), fixed=fixed)
   wire = _wire_bits(algorithm, _measures_own_bits(config))
   # The uncompressed reference (the same chains without their encoders) is
   # sized from its own compiled process too.
   uncompressed = (_uncompressed_wire_bits(config, model, len(data.client_ids))
                   if _compresses(config) else wire)
   round_process, notice = _round_process(algorithm, config)
+  control = None
+  if controlled is not None:
+    if algorithm.schedule != "synchronous":
+      raise UserError(f"{controlled.key}: a controller needs synchronous rounds; algorithm"
+                      f" '{config.algorithm.name}' applies updates as they arrive")
+    control = RoundControl(
+        controlled,
+        build_algorithm=lambda value: _build_algorithm(config, model,
+                                                       num_clients=len(data.client_ids),
+                                                       fixed=(controlled, value)),
+        build_process=lambda built: _round_process(built, config)[0],
+        size=lambda built: _wire_bits(built, _measures_own_bits(config)),
+        first=Variant(controlled.spec.initial, algorithm, None, None, round_process, wire))
   # Evaluation runs where training runs (TFF's worker after a fallback).
   as_function = (lambda computation: computation) if notice else functools.partial(
       runtime_of(config.runtime.name).function, params=config.runtime.params)
@@ -81,7 +100,24 @@ def build_simulation(config: ExperimentConfig) -> Simulation:
       evaluate=make_evaluator(model, data, config.eval.batch_size, as_function),
       round_process=round_process, runtime_notice=notice,
       privacy=_privacy_ledgers(config, len(data.client_ids), model.num_params),
-      evaluate_clients=_client_evaluator(config, model, data, as_function))
+      evaluate_clients=_client_evaluator(config, model, data, as_function), control=control)
+
+
+def _controlled(config: ExperimentConfig) -> Controlled | None:
+  """The controlled encoder parameter of `config`, if any.
+
+  Raises:
+    UserError: more than one, or a schedule or runtime that cannot run one.
+  """
+  controlled = find_controlled({"aggregation": config.aggregation_chain(),
+                                "broadcast": config.broadcast_chain()})
+  if controlled is None:
+    return None
+  if config.runtime.name == "ray":
+    # Its workers build the round from the config, at the initial value only.
+    raise UserError(f"runtime.name: ray does not run a controlled encoder parameter"
+                    f" ({controlled.key}) yet; use runtime: inprocess")
+  return controlled
 
 
 def _client_evaluator(config, model, data, as_function):
@@ -203,16 +239,25 @@ def _compresses(config) -> bool:
           or any(is_compressing(BROADCAST_STAGES, s) for s in config.broadcast_chain()))
 
 
-def _build_algorithm(config, model, compressed: bool = True,
-                     num_clients: int = 0) -> FederatedAlgorithm:
-  """The configured algorithm; with `compressed` False, its chains lose their encoders."""
-  task = _task(config, model, compressed, num_clients)
+def _build_algorithm(config, model, compressed: bool = True, num_clients: int = 0,
+                     fixed: tuple[Controlled, float] | None = None) -> FederatedAlgorithm:
+  """The configured algorithm; with `compressed` False, its chains lose their encoders;
+  `fixed`: (the controlled parameter, its value for this build)."""
+  task = _task(config, model, compressed, num_clients, fixed)
   return ALGORITHMS.get(config.algorithm.name).build(config.algorithm.params, task)
 
 
-def _task(config, model, compressed: bool, num_clients: int) -> Task:
-  """What the configured algorithm is built for (without encoders unless `compressed`)."""
+def _task(config, model, compressed: bool, num_clients: int,
+          fixed: tuple[Controlled, float] | None = None) -> Task:
+  """What the configured algorithm is built for (without encoders unless `compressed`;
+  with the controlled parameter at `fixed`'s value)."""
   aggregation, broadcast = config.aggregation_chain(), config.broadcast_chain()
+  if fixed is not None:
+    controlled, value = fixed
+    if controlled.direction == "aggregation":
+      aggregation = fixed_chain(aggregation, controlled, value)
+    else:
+      broadcast = fixed_chain(broadcast, controlled, value)
   if not compressed:
     aggregation = tuple(s for s in aggregation if not is_compressing(AGGREGATION_STAGES, s))
     broadcast = tuple(s for s in broadcast if not is_compressing(BROADCAST_STAGES, s))

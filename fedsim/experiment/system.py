@@ -81,14 +81,16 @@ class RoundOutcome:
 
 def simulate_round(config: SystemConfig, sampled: Sequence[str],
                    examples: Mapping[str, float], clients_per_round: int,
-                   seed: int, round_num: int, wire_bits: tuple[int, int] = (0, 0),
+                   seed: int, round_num: int,
+                   wire_bits: tuple[int, int | Mapping[str, int]] = (0, 0),
                    population: Sequence[str] = ()) -> RoundOutcome:
   """Decides which sampled clients count this round, from a seeded device model.
 
   Args:
     examples: per client, the examples it processes this round.
     wire_bits: (broadcast, aggregate) bits per client per round; only used
-      with `config.profiles`.
+      with `config.profiles`. `aggregate` may be a mapping from client id to
+      its own upload's bits (encoder parameters set per client).
     population: every client of the data; a profile trace must list exactly these.
 
   Raises:
@@ -110,7 +112,8 @@ def simulate_round(config: SystemConfig, sampled: Sequence[str],
     links = round_links(config.profiles, profile, seed, round_num, cid)
     fails[i] |= not links.online
     download = wire_bits[0] / links.down_bps + profile.latency_s
-    upload = wire_bits[1] / links.up_bps + profile.latency_s
+    sent = wire_bits[1][cid] if isinstance(wire_bits[1], Mapping) else wire_bits[1]
+    upload = sent / links.up_bps + profile.latency_s
     seconds[cid] = float(download + compute / profile.compute_speed + upload)
   reporting = [cid for i, cid in enumerate(sampled) if not fails[i]]
   deadline = config.deadline_seconds

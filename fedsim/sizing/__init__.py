@@ -100,7 +100,9 @@ class SizeInfo:
 
   def round_metrics(self, broadcast_clients: int, aggregated_clients: int,
                     late_uploads: int = 0,
-                    measured: Mapping[str, float] | None = None) -> dict[str, float]:
+                    measured: Mapping[str, float] | None = None,
+                    upload_static: tuple[Sequence[int], Sequence[int]] | None = None
+                    ) -> dict[str, float]:
     """Records one round and returns its metrics (bits) for the sinks.
 
     `late_uploads` clients sent their update too but were not aggregated
@@ -117,6 +119,10 @@ class SizeInfo:
     `*_entropy_bits` (and their cumulative sums) are left out of a round that
     sent bits that way without measuring any packed symbols (no encoder of
     that direction packs them: the estimate would only repeat the raw bits).
+    `upload_static`: (aggregated, late) clients' static upload bits, one
+    each, when they differ (encoder parameters set per client by a
+    controller); `per_client.aggregate` for each otherwise, and the upload's
+    `*_bits_per_client` is then their mean over the aggregated clients.
     `*_bits_per_client` are the static (fixed) part; `*_bits_per_client_mean`
     and `_max` what the round's clients were measured to receive or send (the
     broadcast is one value: both its size); the upload's are left out of a
@@ -130,9 +136,16 @@ class SizeInfo:
     scale = sent_up / aggregated_clients if aggregated_clients else 0.0
     down_bits = per.broadcast + down["variable_bits"] - down["packed_bits"] + down["coded_bits"]
     up_measured = up["variable_bits"] - up["packed_bits"] + up["coded_bits"]
+    if upload_static is None:
+      upload_static = ([per.aggregate] * aggregated_clients, [per.aggregate] * late_uploads)
+    static_aggregated, static_late = upload_static
+    per_aggregate = (sum(static_aggregated) / aggregated_clients if aggregated_clients
+                     else per.aggregate)
+    if per_aggregate == int(per_aggregate):
+      per_aggregate = int(per_aggregate)
     broadcast = round(down_bits * broadcast_clients)
-    aggregate = per.aggregate * sent_up + round(up_measured * scale)
-    late = per.aggregate * late_uploads + round(
+    aggregate = sum(static_aggregated) + sum(static_late) + round(up_measured * scale)
+    late = sum(static_late) + round(
         up_measured / aggregated_clients * late_uploads if aggregated_clients else 0)
     broadcast_entropy = aggregate_entropy = None
     if down["packed_symbols"] or not broadcast:
@@ -159,14 +172,14 @@ class SizeInfo:
         out[f"cumulative_{direction}_entropy_bits"] = sum(history)
     out.update({
         "broadcast_bits_per_client": per.broadcast,
-        "aggregate_bits_per_client": per.aggregate,
+        "aggregate_bits_per_client": per_aggregate,
         "broadcast_bits_per_client_mean": down_bits,
         "broadcast_bits_per_client_max": down_bits,
     })
     if aggregated_clients:
       # Every client sends the same packed words; what it measured varies.
-      fixed = per.aggregate - up["packed_bits"] / aggregated_clients
-      out["aggregate_bits_per_client_mean"] = per.aggregate + up_measured / aggregated_clients
+      fixed = per_aggregate - up["packed_bits"] / aggregated_clients
+      out["aggregate_bits_per_client_mean"] = per_aggregate + up_measured / aggregated_clients
       out["aggregate_bits_per_client_max"] = fixed + up["max_client_bits"]
     out.update({
         "broadcast_model_bits_per_client": per.broadcast_model,

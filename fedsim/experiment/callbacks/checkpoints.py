@@ -27,4 +27,5 @@ class Checkpoints(Callback):
                     config.checkpoint.keep,
                     run.states.directory if run.states is not None else None,
                     extra_npz={ASYNC_STATE: run.player.checkpoint_arrays()}
-                    if run.player is not None else None)
+                    if run.player is not None else None,
+                    control_state=run.control_state)
