@@ -21,6 +21,24 @@ from mkdocs.structure.files import File
 REGISTRIES_PAGE = "reference/registries.md"
 CONFIG_PAGE = "reference/config.md"
 
+# What a top-level key means, for keys whose field in schema.py has no comment
+# (a comment there, once written, takes precedence).
+KEY_MEANINGS = {
+    "name": "names the experiment: runs go to `<logdir>/<name>/<run>/`",
+    "rounds": "rounds to run (server updates, for `fedbuff`)",
+    "clients_per_round": "clients aggregated each round",
+    "data": "the federated dataset, its partition and batching",
+    "model": "the model trained",
+    "algorithm": "the federated algorithm and its optimizers",
+    "seed": "seeds everything: partition, sampling, shuffling, initialization, encoders' noise",
+    "system": "the simulated clock: client speeds, dropouts, devices and links, deadline",
+    "eval": "evaluation of the global model on the held-out test set",
+    "checkpoint": "checkpoints for `--resume`",
+    "broadcast": "server -> clients stages (at most one `encode`)",
+    "compression": "shorthand for a final `encode` stage in each direction",
+    "description": "free text, kept in the run's config.yaml",
+}
+
 
 def on_files(files, config):
   for path, text in ((REGISTRIES_PAGE, registries_page()), (CONFIG_PAGE, config_page())):
@@ -108,7 +126,7 @@ def _rows(cls: type, defaults, prefix: str) -> list[str]:
       nested.append((inner, value, key + "."))
       type_text, default = ("section" if value is not None else "section, or null"), (
           None if value is not None else "null")
-    note = comments.get(field.name, "")
+    note = comments.get(field.name) or (KEY_MEANINGS.get(field.name, "") if not prefix else "")
     if param.used_with:
       note = f"(only with {param.used_with}) {note}".strip()
     default_cell = "(required)" if default is None and inner is None else (
