@@ -19,7 +19,7 @@ import collections
 import numpy as np
 
 from fedsim.errors import UserError
-from fedsim.learning.client_work import ClientWork, build_stateful_client_work
+from fedsim.learning.client_work import ClientWork, SharedState, build_stateful_client_work
 
 # Client-state keys. The run loop finds a residual by RESIDUAL at the top of
 # the state (`experiment.client_states`, for the residual ages it logs).
@@ -95,19 +95,51 @@ def with_error_feedback(task, work: ClientWork, spec, weighted: bool) -> ClientW
   initial = collections.OrderedDict(
       [(INNER, work.initial_client_state)] if stateful else [])
   initial[RESIDUAL] = residual
+  shared, mirrored = _with_encoder_states(task, work.shared, spec)
 
   def update_fn(model_weights, batches, client_state, *shared_value):
+    inner_shared, states = shared_value, None
+    if mirrored:
+      states = shared_value[0] if work.shared is None else shared_value[0][1]
+      inner_shared = () if work.shared is None else (shared_value[0][0],)
     if stateful:
       update, weight, stats, inner, *contribution = work.client_update(
-          model_weights, batches, client_state[INNER], *shared_value)
+          model_weights, batches, client_state[INNER], *inner_shared)
     else:
       (update, weight, stats), contribution = work.client_update(model_weights, batches), []
-    sent, new_residual = ef.weighted_feedback_step(
-        update, client_state[RESIDUAL], weight, spec, task.seed, weighted)
+    sent, new_residual, updates = ef.weighted_feedback_step(
+        update, client_state[RESIDUAL], weight, spec, task.seed, weighted, states)
+    if mirrored:
+      contribution = [updates] if work.shared is None else [(contribution[0], updates)]
     new_state = collections.OrderedDict([(INNER, inner)] if stateful else [])
     new_state[RESIDUAL] = new_residual
     return (sent, weight, (stats, ef.residual_sums(new_residual)), new_state, *contribution)
 
   return build_stateful_client_work(
       task.model.weights_type, task.model.client_data_type(task.batch_size), initial,
-      update_fn, shared=work.shared, extra_metrics=(MEASUREMENT, ef.finalize_sums))
+      update_fn, shared=shared, extra_metrics=(MEASUREMENT, ef.finalize_sums))
+
+
+def _with_encoder_states(task, inner: SharedState | None, spec) -> tuple[SharedState | None, bool]:
+  """The wrapped work's shared value, extended by the client's copy of the
+  server's encoder states when the encoder keeps state (powersgd's warm start),
+  and whether it was: (inner's value, the states) if inner has one, else the states.
+
+  The copy starts from the encoders' initial states and is updated by their own
+  rule from the sum of the clients' state updates, as the aggregation updates
+  the server's, so the client encodes from the factor the server will use.
+  """
+  import tensorflow as tf
+
+  from fedsim.compression import error_feedback as ef
+  specs = [tf.TensorSpec(w.shape, tf.as_dtype(w.dtype))
+           for w in task.model.initial_weights.trainable]
+  states = ef.initial_encoder_states(specs, spec, task.seed)
+  if states is None:
+    return inner, False
+  own = SharedState(states, lambda value, total: ef.updated_encoder_states(
+      value, total, specs, spec, task.seed))
+  if inner is None:
+    return own, True
+  return SharedState((inner.initial, own.initial), lambda value, total: (
+      inner.update(value[0], total[0]), own.update(value[1], total[1]))), True

@@ -138,7 +138,7 @@ def test_weighted_mean_encodes_the_weighted_value_the_client_decoded():
   spec = _spec("topk", k=K)
   vec = tf.TensorSpec([N], tf.float32)
   step = tff.tensorflow.computation(
-      lambda u, e, w: weighted_feedback_step(u, e, w, spec, SEED, weighted=True),
+      lambda u, e, w: weighted_feedback_step(u, e, w, spec, SEED, weighted=True)[:2],
       vec, vec, tf.TensorSpec([], tf.float32))
   mean = build_encoded_mean(spec, weighted=True, seed=SEED).create(
       tff.TensorType(np.float32, [N]), tff.TensorType(np.float32))

@@ -135,26 +135,85 @@ def test_vectors_and_scalars_are_sent_unchanged(shape):
 
 
 @pytest.mark.parametrize("warm_start", [True, False])
-def test_fedavg_sizes_powersgd_to_its_two_factors(warm_start):
+@pytest.mark.parametrize("error_feedback", [False, True])
+def test_fedavg_sizes_powersgd_to_its_two_factors(warm_start, error_feedback):
   from fedsim.sizing.mapreduce_form import client_wire_bits
   from tests.learning import builders
   model = builders.task_model("mlp", (64,), 10, hidden=[200])   # kernels 64x200, 200x10
   rank = 3
   stage = {"name": "encode", "encoder": "powersgd", "rank": rank, "warm_start": warm_start,
-           "min_elements": 2000}
+           "min_elements": 2000, "error_feedback": error_feedback}
   algorithm = builders.algorithm("fedavg", {}, model, batch_size=4, aggregation=[stage])
-  wire = client_wire_bits(algorithm.process, algorithm.upload_extras_types)
+  wire = client_wire_bits(algorithm.sizing_process or algorithm.process,
+                          algorithm.upload_extras_types)
   # Per kernel n x m: P^ (n x r) and Q' (m x r) as float32; the biases (200 + 10)
   # as float32. Q' is sent once, though it also updates the server's factor.
   kernels = [(64, 200), (200, 10)]
-  assert wire.aggregate_model == sum((n + m) * rank * 32 for n, m in kernels) + 210 * 32
+  factor_bits = sum(m * rank * 32 for _, m in kernels) if warm_start else 0
+  # Error feedback's clients keep a copy of the server's Q (down with the
+  # model) and send their Q' to update it (up): once more each way.
+  copies = 1 + error_feedback
+  assert wire.aggregate_model == (sum(n * rank * 32 for n, _ in kernels) + 210 * 32
+                                  + sum(m * rank * 32 for _, m in kernels)
+                                  + error_feedback * factor_bits)
   # Down: the float32 model and, with warm start, each kernel's Q (m x r).
   parameters = 64 * 200 + 200 + 200 * 10 + 10
-  warm = sum(m * rank * 32 for _, m in kernels) if warm_start else 0
-  assert wire.broadcast_model == parameters * 32 + warm
+  assert wire.broadcast_model == parameters * 32 + copies * factor_bits
 
 
 def test_rank_is_bounded():
   from fedsim.errors import UserError
   with pytest.raises(UserError, match=r"c\.a\.rank: must be >= 1"):
     parse_direction({"encoder": "powersgd", "rank": 0}, "c.a")
+
+
+def test_error_feedback_with_warm_start_follows_the_papers_rule(tff_runtime):
+  """FedAvg (client SGD) whose clients send PowerSGD(delta + residual) and keep
+  the rest, three rounds: the server averages, by examples, P^ Q'^T of each
+  client; the next Q is the examples-weighted sum of the Q' (up to scale,
+  which leaves decoding unchanged); the bias goes unchanged (residual 0)."""
+  import tensorflow as tf
+  from fedsim.compression.error_feedback import initial_encoder_states
+  from tests.learning import builders, reference
+  from tests.learning.test_fedavg import _run_stateful, _schedule
+  stage = {"name": "encode", "encoder": "powersgd", "rank": 1, "min_elements": 1,
+           "error_feedback": True}
+  model = builders.task_model(num_classes=3)   # a 3 x 3 kernel and 3 biases
+  alg = builders.algorithm("fedavg", {"client_optimizer": {"name": "sgd",
+                                                           "learning_rate": 0.3}},
+                           model, aggregation=[stage])
+  schedule = _schedule()
+  weights, stored = _run_stateful(alg, schedule)
+
+  specs = [tf.TensorSpec(w.shape, tf.float32) for w in model.initial_weights.trainable]
+  q = initial_encoder_states(specs, parse_direction({k: v for k, v in stage.items()
+                                                     if k != "name"}, "a"), 0)[0][0]
+  q = np.asarray(q, np.float64)
+  params = [np.array(v, np.float64) for v in model.initial_weights.trainable]
+  residuals = {}
+  for clients in schedule:
+    sent, counts, factors = [], [], []
+    for idx, batches in clients:
+      trained = [p.copy() for p in params]
+      for x, y in reference.real_batches(batches):
+        trained = [p - 0.3 * g for p, g in zip(trained, reference.mean_grad(trained, x, y))]
+      e = residuals.get(idx, [np.zeros_like(p) for p in params])
+      kernel, bias = (w - t + r for w, t, r in zip(params, trained, e))
+      p_hat = _gram_schmidt(kernel @ q)
+      q_new = kernel.T @ p_hat
+      compressed = [p_hat @ q_new.T, bias]
+      residuals[idx] = [kernel - compressed[0], np.zeros_like(bias)]
+      n = batches["mask"].sum()
+      sent.append(compressed)
+      counts.append(n)
+      factors.append(n * q_new)
+    params = [w - sum(n * s[j] for n, s in zip(counts, sent)) / sum(counts)
+              for j, w in enumerate(params)]
+    q = np.sum(factors, axis=0)
+
+  for got, want in zip(weights, params):
+    np.testing.assert_allclose(got, want, atol=1e-5)
+  for idx in (0, 1, 2):
+    for got, want in zip(stored[idx]["residual"], residuals[idx]):
+      np.testing.assert_allclose(got, want, atol=1e-5)
+  assert max(np.abs(r[0]).max() for r in residuals.values()) > 1e-3
