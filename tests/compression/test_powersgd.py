@@ -6,6 +6,7 @@ hand; error feedback keeps exactly what the server does not decode."""
 
 from __future__ import annotations
 
+import math
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -217,3 +218,30 @@ def test_error_feedback_with_warm_start_follows_the_papers_rule(tff_runtime):
     for got, want in zip(stored[idx]["residual"], residuals[idx]):
       np.testing.assert_allclose(got, want, atol=1e-5)
   assert max(np.abs(r[0]).max() for r in residuals.values()) > 1e-3
+
+
+@pytest.mark.slow
+def test_a_config_broadcasts_full_rank_and_uploads_rank_2_with_error_feedback(
+    tff_runtime, tmp_path):
+  import fedsim
+  config = {
+      "name": "powersgd", "seed": 1, "rounds": 2, "clients_per_round": 2,
+      "data": {"name": "digits", "num_clients": 4, "partition": "iid", "batch_size": 16},
+      "model": {"name": "logistic"},   # a 64 x 10 kernel and 10 biases
+      "algorithm": {"name": "fedavg"},
+      "broadcast": [{"name": "encode", "encoder": "powersgd", "rank": 10,
+                     "min_elements": 1}],
+      "aggregation": [{"name": "encode", "encoder": "powersgd", "rank": 2,
+                       "min_elements": 1, "error_feedback": True}],
+  }
+  rows = fedsim.run(config, logdir=tmp_path).metrics
+  assert len(rows) == 2
+  for row in rows:
+    # Down: P^ (64 x 10) and Q' (10 x 10) for the kernel, the biases, the
+    # warm-start Q of the upload's kernel twice (the encoder's and error
+    # feedback's copy), and of the broadcast's none (its server keeps it).
+    assert row["broadcast_model_bits_per_client"] == (74 * 10 + 10 + 2 * 10 * 2) * 32
+    # Up: P^ (64 x 2), Q' (10 x 2), the biases, and Q' again for the copy.
+    assert row["aggregate_model_bits_per_client"] == (74 * 2 + 10 + 10 * 2) * 32
+    assert row["error_feedback/residual_norm"] > 0
+    assert math.isfinite(row["train/loss"])
