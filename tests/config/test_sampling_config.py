@@ -63,3 +63,16 @@ def test_pld_accountant_parses():
 ])
 def test_what_cannot_be_accounted_is_refused_in_one_line(overrides, raw, expected):
   assert expected in _error(overrides, raw)
+
+
+@pytest.mark.parametrize("overrides", [[], ["sampling=poisson"], ["sampling=poisson",
+                                                                  "sampling_rate=0.1"]])
+def test_sampling_reads_back_as_written(overrides):
+  """`--resume` compares a run's config.yaml with itself: the keys must round-trip."""
+  import yaml
+  from fedsim.experiment.config.loader import plain
+  written = plain(load_config(BASE, overrides)[0])
+  again = plain(load_config(yaml.safe_load(yaml.safe_dump(written)))[0])
+  assert again == written
+  # The rate is written (None: the default) only where it is used.
+  assert ("sampling_rate" in written) == (written["sampling"] == "poisson")
