@@ -162,6 +162,15 @@ def test_fedavg_sizes_powersgd_to_its_two_factors(warm_start, error_feedback):
   assert wire.broadcast_model == parameters * 32 + copies * factor_bits
 
 
+def test_fedsim_list_shows_powersgd_with_its_parameters(capsys):
+  from fedsim import cli
+  assert cli.main(["list", "encoder"]) == 0
+  lines = capsys.readouterr().out.splitlines()
+  squeezed = [" ".join(line.split()) for line in lines]
+  at = squeezed.index("encoder powersgd rank: int = 1, warm_start: bool = true")
+  assert lines[at + 1].strip().startswith("PowerSGD (Vogels et al. 2019), per client")
+
+
 def test_rank_is_bounded():
   from fedsim.errors import UserError
   with pytest.raises(UserError, match=r"c\.a\.rank: must be >= 1"):
