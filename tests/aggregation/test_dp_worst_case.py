@@ -173,24 +173,37 @@ def test_the_pair_catches_the_old_half_sensitivity():
   assert below == CASES[:3]
 
 
+ADAPTIVE = (400, 40, 1.0, 5)   # (N, clients per round, z, rounds)
+
+
+def _adaptive_queries(clients_per_round: int, noise_multiplier: float):
+  """The states of the two Gaussian sum queries inside the adaptive-clip query
+  fedsim builds: (the clipped sum's, the clipped count's)."""
+  import tensorflow_federated as tff
+  from fedsim.aggregation import private
+  from fedsim.aggregation.builtin import DpGaussianParams
+  params = DpGaussianParams(noise_multiplier=noise_multiplier, clip=0.5, adaptive=True)
+  context = types.SimpleNamespace(clients_per_round=clients_per_round, seed=0, index=0)
+  factory = private.gaussian_factory(params, tff.aggregators.SumFactory(), context)
+  adaptive = factory._query.initial_global_state()["inner"].numerator_state  # pylint: disable=protected-access
+  return (adaptive.sum_state,
+          adaptive.quantile_estimator_state.below_estimate_state.numerator_state)
+
+
+def _shift(queries, moves: float) -> float:
+  """The pair's move of both queries, in noise stddevs, combined as an L2 norm."""
+  return float(np.linalg.norm([moves * float(g.l2_norm_clip) / float(g.stddev)
+                               for g in queries]))
+
+
 @pytest.mark.parametrize("sampling", ["fixed", "poisson"])
 @pytest.mark.parametrize("accountant", ["rdp", "pld"])
 def test_adaptive_clipping_is_covered_under_every_sampling_and_accountant(sampling,
                                                                          accountant):
   """As below, through the run's ledger: with poisson the added client moves each
   Gaussian sum query by its l2_norm_clip (once, not twice)."""
-  import tensorflow_federated as tff
-  from fedsim.aggregation import private
-  from fedsim.aggregation.builtin import DpGaussianParams
-  population, cpr, z, rounds = 400, 40, 1.0, 5
-  params = DpGaussianParams(noise_multiplier=z, clip=0.5, adaptive=True)
-  context = types.SimpleNamespace(clients_per_round=cpr, seed=0, index=0)
-  factory = private.gaussian_factory(params, tff.aggregators.SumFactory(), context)
-  adaptive = factory._query.initial_global_state()["inner"].numerator_state  # pylint: disable=protected-access
-  count = adaptive.quantile_estimator_state.below_estimate_state.numerator_state
-  moves = 2 if sampling == "fixed" else 1
-  shift = float(np.hypot(*[moves * float(g.l2_norm_clip) / float(g.stddev)
-                           for g in (adaptive.sum_state, count)]))
+  population, cpr, z, rounds = ADAPTIVE
+  shift = _shift(_adaptive_queries(cpr, z), 2 if sampling == "fixed" else 1)
   exact = mixture_pair_epsilon(cpr / population, shift, rounds)
   logged = logged_epsilon({"noise_multiplier": z, "adaptive": True, "accountant": accountant},
                           population, cpr, rounds,
@@ -203,22 +216,12 @@ def test_adaptive_clipping_is_covered_with_its_noised_count():
   pair, the replaced client moves each Gaussian sum query by twice its
   l2_norm_clip (the count's records are +-0.5, clip 0.5). Read from the query
   fedsim builds, the two shifts in noise stddevs combine as an L2 norm."""
-  import tensorflow_federated as tff
-  from fedsim.aggregation import private
   from fedsim.aggregation.accounting import PrivacyLedger
-  from fedsim.aggregation.builtin import DpGaussianParams
-  population, cpr, z, rounds = 400, 40, 1.0, 5
-  params = DpGaussianParams(noise_multiplier=z, clip=0.5, adaptive=True)
-  context = types.SimpleNamespace(clients_per_round=cpr, seed=0, index=0)
-  factory = private.gaussian_factory(params, tff.aggregators.SumFactory(), context)
-  adaptive = factory._query.initial_global_state()["inner"].numerator_state  # pylint: disable=protected-access
-  count = adaptive.quantile_estimator_state.below_estimate_state.numerator_state
-  shift = float(np.hypot(*[2 * float(g.l2_norm_clip) / float(g.stddev)
-                           for g in (adaptive.sum_state, count)]))
+  population, cpr, z, rounds = ADAPTIVE
+  values, count = _adaptive_queries(cpr, z)
   assert float(count.l2_norm_clip) == 0.5 and float(count.stddev) > 0
-  exact = worst_case_pair_epsilon(population, cpr, shift, rounds)
+  exact = worst_case_pair_epsilon(population, cpr, _shift((values, count), 2), rounds)
   logged = PrivacyLedger(z, population, cpr, DELTA).epsilon(rounds)
   assert logged >= exact > 0
   # Without the count's noise the values alone would need less: the count is counted.
-  assert worst_case_pair_epsilon(population, cpr, 2 * 0.5 / float(
-      adaptive.sum_state.stddev), rounds) < exact
+  assert worst_case_pair_epsilon(population, cpr, _shift((values,), 2), rounds) < exact
