@@ -40,8 +40,6 @@ def _run(config_dir, name, bits, **changes):
   return fedsim.run(str(path), logdir=config_dir / "runs", progress=False)
 
 
-@pytest.mark.skip(reason="engine half pending: controllers are parsed and run by the lead's"
-                         " commit of issue 23")
 @pytest.mark.slow
 def test_a_plugin_controller_sets_each_rounds_bits_from_yaml(tff_runtime, config_dir):
   run = _run(config_dir, "halving", CONTROLLED)
