@@ -16,6 +16,8 @@ n elements (n' = n padded to a power of two where a rotation pads):
   randk     k float values + 2 int32 seed of the coordinates drawn
   kashin    ceil(m * bits / 28) int32 + 2 floats (min, max) + 2 int32 seed, m
             Kashin coefficients: n' (2 * n' when n > 0.85 * n')
+  powersgd  (rows + cols) * r floats for a tensor viewed as a rows x cols matrix,
+            n floats for one of fewer than 2 dimensions (`fedsim.compression.powersgd`)
 
 TensorFlow is imported inside the builders, when a process is built.
 """
