@@ -122,9 +122,10 @@ def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_n
   wire_bits = ((sim.wire.broadcast, sim.wire.aggregate) if wires is None else
                (wires[sampled[0]].broadcast, {cid: w.aggregate for cid, w in wires.items()})
                if sampled else (sim.wire.broadcast, sim.wire.aggregate))
+  # A Poisson sample aggregates every client drawn that reports in time.
+  cap = len(sampled) if config.sampling == "poisson" else config.clients_per_round
   outcome = simulate_round(
-      config.system, sampled, examples,
-      config.clients_per_round, config.seed, round_num,
+      config.system, sampled, examples, cap, config.seed, round_num,
       wire_bits=wire_bits, population=sim.data.client_ids)
   simulated_total += outcome.round_seconds
   measurements, state_metrics, seconds = None, None, 0.0

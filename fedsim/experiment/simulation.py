@@ -87,7 +87,8 @@ def build_simulation(config: ExperimentConfig) -> Simulation:
         build_algorithm=lambda value: _build_algorithm(config, model,
                                                        num_clients=len(data.client_ids),
                                                        fixed=(controlled, value)),
-        build_process=lambda built: _round_process(built, config)[0],
+        build_process=lambda built, value: _variant_process(built, config, round_process,
+                                                            notice, value),
         size=lambda built: _wire_bits(built, _measures_own_bits(config)),
         first=Variant(controlled.spec.initial, algorithm, None, None, round_process, wire))
   # Evaluation runs where training runs (TFF's worker after a fallback).
@@ -95,7 +96,8 @@ def build_simulation(config: ExperimentConfig) -> Simulation:
       runtime_of(config.runtime.name).function, params=config.runtime.params)
   return Simulation(
       config=config, data=data, model=model, algorithm=algorithm,
-      sampler=ClientSampler(data.client_ids, config.seed),
+      sampler=ClientSampler(data.client_ids, config.seed,
+                            poisson_rate=config.poisson_rate(len(data.client_ids))),
       wire=wire, uncompressed_wire=uncompressed,
       evaluate=make_evaluator(model, data, config.eval.batch_size, as_function),
       round_process=round_process, runtime_notice=notice,
@@ -113,11 +115,18 @@ def _controlled(config: ExperimentConfig) -> Controlled | None:
                                 "broadcast": config.broadcast_chain()})
   if controlled is None:
     return None
-  if config.runtime.name == "ray":
-    # Its workers build the round from the config, at the initial value only.
-    raise UserError(f"runtime.name: ray does not run a controlled encoder parameter"
-                    f" ({controlled.key}) yet; use runtime: inprocess")
   return controlled
+
+
+def _variant_process(algorithm: FederatedAlgorithm, config: ExperimentConfig, first: Any,
+                     notice: str | None, value: float) -> Any:
+  """The round of a controlled parameter's `value` on the runtime that runs `first`
+  (the initial value's round; `local` after a fallback `notice`)."""
+  name = "local" if notice else config.runtime.name
+  runtime = runtime_of(name)
+  params = runtime.params() if notice else config.runtime.params
+  context = RuntimeContext(worker_builder=functools.partial(cluster_worker, plain(config)))
+  return runtime.build_variant(first, algorithm, params, context, value)
 
 
 def _client_evaluator(config, model, data, as_function):
@@ -125,7 +134,8 @@ def _client_evaluator(config, model, data, as_function):
   if not config.eval.federated:
     return None
   from fedsim.experiment.client_eval import make_client_evaluator
-  sampler = ClientSampler(data.client_ids, config.seed)
+  sampler = ClientSampler(data.client_ids, config.seed,
+                          poisson_rate=config.poisson_rate(len(data.client_ids)))
   count = config.clients_per_round + config.backup_clients
   # The round's own sample (the sampler is a pure function of seed and round).
   choose = ((lambda round_num: data.client_ids) if config.eval.federated_clients == "all"
@@ -177,8 +187,10 @@ def _round_process(algorithm: FederatedAlgorithm,
           f"runtime.name: {config.runtime.name} cannot run this algorithm ({reason}); using local")
 
 
-def cluster_worker(plain_config: dict[str, Any], device: str):
-  """What one `ray` worker builds once from the resolved config (in the actor).
+def cluster_worker(plain_config: dict[str, Any], device: str, fixed: float | None = None):
+  """What one `ray` worker builds once from the resolved config (in the actor);
+  `fixed`: the value of the config's controlled encoder parameter to build at
+  (None: its initial value).
 
   Returns:
     (the compiled round, an `InProcessProcess`; `pack(round_num, ids)`, the
@@ -189,8 +201,11 @@ def cluster_worker(plain_config: dict[str, Any], device: str):
   load_plugins(plain_config.get("plugins"), ".")
   config = parse_config(plain_config)
   data = _training_data(config)
+  controlled = _controlled(config)
+  at = None if controlled is None else (
+      controlled, controlled.spec.initial if fixed is None else fixed)
   algorithm = _build_algorithm(config, _task_model(config, data),
-                               num_clients=len(data.client_ids))
+                               num_clients=len(data.client_ids), fixed=at)
   # Packing reads only the config, the data and the algorithm's client plan.
   pieces = types.SimpleNamespace(config=config, data=data, algorithm=algorithm)
   return (inprocess.InProcessProcess(algorithm.process, device),
@@ -231,7 +246,8 @@ def _privacy_ledgers(config, population: int, update_elements: int) -> PrivacyLe
   """What the chain's differentially private stages spend (None without one)."""
   return privacy_ledgers(config.aggregation_chain(), PrivacyScope(
       population=population, sample_size=config.clients_per_round + config.backup_clients,
-      clients_per_round=config.clients_per_round, update_elements=update_elements))
+      clients_per_round=config.clients_per_round, update_elements=update_elements,
+      poisson_rate=config.poisson_rate(population)))
 
 
 def _compresses(config) -> bool:

@@ -22,11 +22,6 @@ CONFIG = {
 }
 
 
-# Until experiment/simulation.py builds ClientSampler(..., poisson_rate=
-# config.poisson_rate(N)) and PrivacyScope(..., poisson_rate=...), and loop.py
-# caps a Poisson round at its sample rather than clients_per_round (issue 26,
-# the lead's files), a run samples fixed-size rounds. Remove the mark then.
-@pytest.mark.xfail(strict=True, reason="simulation.py/loop.py do not pass sampling yet")
 @pytest.mark.slow
 def test_poisson_rounds_vary_in_size_and_empty_ones_spend_nothing(tmp_path):
   seen = []
