@@ -190,8 +190,14 @@ class ControlSpec:
   integer: bool
 
   def to_dict(self) -> dict[str, Any]:
+    # The controller's keys that differ from their defaults: a key that only
+    # applies with another key's value (e.g. a schedule's `end` with `kind:
+    # linear`) is refused when given otherwise, even at its default.
+    params = self.controller.params
+    own = {f.name: getattr(params, f.name) for f in dataclasses.fields(params)
+           if f.default is dataclasses.MISSING or getattr(params, f.name) != f.default}
     return {"controller": self.controller.name, "initial": self.initial, "min": self.minimum,
-            "max": self.maximum, **dataclasses.asdict(self.controller.params)}
+            "max": self.maximum, **own}
 
 
 @dataclasses.dataclass(frozen=True)
