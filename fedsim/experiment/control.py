@@ -68,7 +68,7 @@ class Variant:
 
   value: float
   algorithm: Any
-  _build_process: Callable[[Any], Any]
+  _build_process: Callable[[Any, float], Any]
   _size: Callable[[Any], Any]
   _process: Any = None
   _wire: Any = None
@@ -76,7 +76,7 @@ class Variant:
   @property
   def process(self) -> Any:
     if self._process is None:
-      self._process = self._build_process(self.algorithm)
+      self._process = self._build_process(self.algorithm, self.value)
     return self._process
 
   @property
@@ -91,7 +91,7 @@ class RoundControl:
   """The controller of a run and the variants it has asked for."""
 
   def __init__(self, controlled: Controlled, build_algorithm: Callable[[float], Any],
-               build_process: Callable[[Any], Any], size: Callable[[Any], Any],
+               build_process: Callable[[Any, float], Any], size: Callable[[Any], Any],
                first: Variant | None = None):
     from fedsim.control import CONTROLLERS
     self.controlled = controlled

@@ -117,6 +117,10 @@ class Ray(InProcess):
     build = functools.partial(context.worker_builder, params.device)
     return cluster.ClusterProcess(compiled, build, cluster.ClusterSpec.of(params))
 
+  def build_variant(self, first, algorithm, params, context, value):
+    # The same actors: each builds the variant's round itself on first use.
+    return first.with_variant(self._compiled(algorithm, params), value)
+
 
 class Auto(InProcess):
   """The fastest runtime here that runs the algorithm: inprocess, else local."""

@@ -73,6 +73,18 @@ class Runtime:
     """
     raise NotImplementedError
 
+  def build_variant(self, first: Any, algorithm: Any, params: Any, context: RuntimeContext,
+                    value: Any) -> Any:
+    """The process of another variant of the round (`algorithm`, built with a
+    controlled encoder parameter at `value`), next to `first`, what `build`
+    gave for the first one; by default built anew as `build` would.
+
+    Raises:
+      as `build`.
+    """
+    del first, value
+    return self.build(algorithm, params, context)
+
   def function(self, computation: Any, params: Any) -> Callable[..., Any]:
     """A TFF TensorFlow computation (e.g. the evaluator) as a function run on
     this runtime; the computation itself (TFF's worker) by default."""

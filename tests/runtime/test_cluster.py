@@ -165,6 +165,31 @@ def test_clients_that_keep_state_on_the_cluster_equal_inprocess(ray_cluster, tmp
   assert any(m["error_feedback/residual_norm"] > 0 for m in got["ef"].metrics)
 
 
+@pytest.mark.slow
+def test_a_controlled_run_with_per_client_bits_on_the_cluster_equals_inprocess(
+    ray_cluster, tmp_path):
+  """link_budget gives clients on slow and fast uplinks different bits in one
+  round: each value's round is built by the actors on first use, and the
+  groups merge on the driver as on `inprocess`."""
+  address, _ = ray_cluster
+  config = {**CONFIG, "rounds": 3, "system": {
+      "seconds_per_example": 0.001, "deadline_seconds": 0.45,
+      "profiles": {"up_bps": {"median": 3e4, "sigma": 1.0}}},
+            "aggregation": [{"name": "encode", "encoder": "uniform", "min_elements": 100,
+                             "rounding": "deterministic",
+                             "bits": {"controller": "link_budget", "initial": 2, "max": 8}}]}
+  want = fedsim.run(config, logdir=tmp_path / "inprocess", progress=False)
+  got = fedsim.run({**config, "runtime": {"name": "ray", "address": address, "workers": 2,
+                                          "device": "cpu"}},
+                   logdir=tmp_path / "ray", progress=False)
+  assert any(m["control/bits_min"] < m["control/bits_max"] for m in want.metrics)
+  for g, w in zip(got.final_weights, want.final_weights, strict=True):
+    np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+  for a, b in zip(want.metrics, got.metrics, strict=True):
+    assert (b["control/bits_mean"], b["aggregate_bits"]) == (
+        a["control/bits_mean"], a["aggregate_bits"])
+
+
 @pytest.fixture(scope="module")
 def on_cluster(ray_cluster):
   """(inprocess simulation, a ClusterProcess of DyingWorkers of the same config),

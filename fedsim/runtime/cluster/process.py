@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import copy
 import os
 import re
 import sys
@@ -63,6 +64,7 @@ class ClusterProcess:
     import ray  # pylint: disable=g-import-not-at-top
     self._ray = ray
     self._local = local
+    self._variant = None  # the actors' default round (see `with_variant`)
     self._spec = spec
     self._actors: list = []
     self._owned = False   # fedsim started the Ray instance (and stops it)
@@ -104,30 +106,58 @@ class ClusterProcess:
       RunFailed: a worker died more than `RESTARTS` times, raised, or gave
         no result within `runtime.timeout_s`; the cluster connection was lost.
     """
+    client_input, zero = self.start(state)
+    out = self.run_clients(client_input, zero, client_data, client_states)
+    acc, new_states = out if client_states is not None else (out, None)
+    return self.finish(state, acc, new_states)
+
+  # The round's phases, as `InProcessProcess` has them (a round whose clients
+  # run different variants merges their groups: `fedsim.runtime.mixed`).
+
+  def start(self, state: Any):
+    """`(client_input, zero accumulator)` of the round, on the driver."""
+    return self._local.start(state)
+
+  def merge(self, first, second):
+    return self._local.merge(first, second)
+
+  def finish(self, state: Any, acc, new_client_states: Sequence[Any] | None = None):
+    return self._local.finish(state, acc, new_client_states)
+
+  def run_clients(self, client_input, zero, client_data: Sequence[Any],
+                  client_states: Sequence[Any] | None = None) -> Any:
+    """The accumulator of `client_data` from `zero` (the round's zero: each
+    chunk starts from it), its chunks on the actors; with client states,
+    `(accumulator, new client states)`.
+
+    Raises:
+      RunFailed: as `next`.
+    """
     ray = self._ray
-    client_input, zero = self._local.start(state)
     # Put once, read by every actor (Ray resolves object refs passed as arguments).
     shared = (ray.put([np.asarray(v) for v in client_input]),
               ray.put([np.asarray(v) for v in zero]))
     states = (lambda s, e: ()) if client_states is None else (
         lambda s, e: (list(client_states[s:e]),))
+    variant = {} if self._variant is None else {"variant": self._variant}
     ids = getattr(client_data, "ids", None)
     round_num = getattr(client_data, "round_num", None)
     if ids is not None and round_num is not None:
       ids = list(ids)
       count = len(ids)
       call = lambda actor, s, e: actor.run_ids.remote(round_num, ids[s:e], *shared,
-                                                      *states(s, e))
+                                                      *states(s, e), **variant)
       during = f"round {round_num}"
     else:
       data = list(client_data)
       count = len(data)
-      call = lambda actor, s, e: actor.run_data.remote(*shared, data[s:e], *states(s, e))
+      call = lambda actor, s, e: actor.run_data.remote(*shared, data[s:e], *states(s, e),
+                                                       **variant)
       during = "a round"
     bounds = chunk_bounds(count, self._spec.workers)
     calls = [(w, s, e) for w, (s, e) in enumerate(bounds) if e > s]
     if not calls:
-      return self._local.finish(state, zero, None if client_states is None else [])
+      return zero if client_states is None else (zero, [])
     parts = self._get([call(self._actors[w], s, e) for w, s, e in calls], during,
                       [w for w, _, _ in calls])
     new_states = None
@@ -137,7 +167,15 @@ class ClusterProcess:
     acc = parts[0]
     for part in parts[1:]:  # fixed (chunk) order: the same sum every time
       acc = self._local.merge(acc, part)
-    return self._local.finish(state, acc, new_states)
+    return acc if client_states is None else (acc, new_states)
+
+  def with_variant(self, local, variant: Any) -> "ClusterProcess":
+    """This cluster running another variant of the round (a controlled encoder
+    parameter's value, `fedsim.experiment.control`): `local` is that variant's
+    driver-side `InProcessProcess`; the actors build theirs on first use."""
+    view = copy.copy(self)
+    view._local, view._variant = local, variant
+    return view
 
   @property
   def actors(self) -> list:

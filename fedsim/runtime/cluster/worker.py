@@ -58,22 +58,32 @@ class ClientWorker:
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     tf.config.threading.set_intra_op_parallelism_threads(1 if one_thread_ops else threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
+    self._build = build
     self._process, self._pack = build()
+    self._variants: dict[Any, Any] = {}
 
   def pid(self) -> int:
     """This actor's process id (it changes when Ray restarts the actor)."""
     return os.getpid()
 
   def run_ids(self, round_num: int, ids: Sequence[str], client_input, zero,
-              client_states: Sequence[Any] | None = None):
+              client_states: Sequence[Any] | None = None, variant: Any = None):
     """The accumulator of clients `ids` of round `round_num`, packed here (see `run_data`)."""
-    return self.run_data(client_input, zero, self._pack(round_num, ids), client_states)
+    return self.run_data(client_input, zero, self._pack(round_num, ids), client_states,
+                         variant)
 
   def run_data(self, client_input, zero, client_data: Sequence[Any],
-               client_states: Sequence[Any] | None = None):
+               client_states: Sequence[Any] | None = None, variant: Any = None):
     """The accumulator of `client_data` (packed clients, in order) from `zero`;
-    with `client_states` (one per client), `(accumulator, new client states)`."""
-    out = self._process.run_clients(client_input, zero, client_data, client_states)
+    with `client_states` (one per client), `(accumulator, new client states)`.
+    `variant`: the value of a controlled encoder parameter whose round runs
+    them (built here on first use, `build(fixed=variant)`); None: the default."""
+    process = self._process
+    if variant is not None:
+      if variant not in self._variants:
+        self._variants[variant] = self._build(fixed=variant)[0]
+      process = self._variants[variant]
+    out = process.run_clients(client_input, zero, client_data, client_states)
     if client_states is None:
       return [np.asarray(a) for a in out]
     acc, new_states = out
