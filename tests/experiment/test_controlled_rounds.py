@@ -225,9 +225,3 @@ def test_local_runtime_refuses_a_mixed_round_in_one_line(tff_runtime, tmp_path):
                    runtime={"name": "local"})
   with pytest.raises(UserError, match="runtime.name: local runs one encoder setting per round"):
     fedsim.run(config, logdir=tmp_path, progress=False)
-
-
-def test_ray_is_refused_in_one_line_before_it_starts(tmp_path):
-  config = _config({"controller": "test_step"}, runtime={"name": "ray"})
-  with pytest.raises(UserError, match="runtime.name: ray does not run a controlled"):
-    fedsim.run(config, logdir=tmp_path, progress=False)
