@@ -281,3 +281,15 @@ def test_a_resumed_warm_started_run_with_error_feedback_equals_the_uninterrupted
   assert rows(resumed) == rows(whole)
   for got, want in zip(resumed.final_weights, whole.final_weights):
     np.testing.assert_array_equal(got, want)
+
+
+def test_a_round_of_zero_updates_keeps_the_last_factor():
+  import tensorflow as tf
+  from fedsim.compression.stages.low_rank import PowerSgdStage
+  stage = PowerSgdStage(2, True, (5, 4), salt=np.int32([1, 2]))
+  state = stage.initial_state()
+  kept = stage.update_state(state, {"warm_start": tf.zeros([4, 2])})["warm_start"]
+  np.testing.assert_array_equal(kept, state["warm_start"])
+  summed = tf.constant(np.arange(8, dtype=np.float32).reshape(4, 2))
+  scaled = stage.update_state(state, {"warm_start": summed})["warm_start"].numpy()
+  np.testing.assert_allclose(scaled, summed.numpy() / np.linalg.norm(summed.numpy()), rtol=1e-6)

@@ -113,8 +113,7 @@ class PowerSgdStage(te_api.AdaptiveEncodingStageInterface):
     norm = tf.norm(summed)
     # All clients sent 0 (no update): keep the last factor rather than a zero one.
     return collections.OrderedDict([(self.WARM_START_KEY, tf.where(
-        norm > 0, summed / tf.maximum(norm, tf.keras.backend.epsilon()),
-        state[self.WARM_START_KEY]))])
+        norm > 0, tf.math.divide_no_nan(summed, norm), state[self.WARM_START_KEY]))])
 
   def get_params(self, state):
     if not self._warm:
