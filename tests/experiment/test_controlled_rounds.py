@@ -260,3 +260,48 @@ def test_a_mixed_round_with_error_feedback_gives_each_client_its_own_residual(tf
   norms = [np.linalg.norm(np.concatenate([np.ravel(x) for x in tf.nest.flatten(s)]))
            for s in new_states]
   assert min(norms[:2]) > max(norms[2:])
+
+
+# (encoder, its numeric parameter, two values, other keys): the issue's list.
+CONTROLLABLE = [
+    ("uniform", "bits", (2, 8), {}),
+    ("hadamard", "bits", (2, 6), {}),
+    ("qsgd", "levels", (1, 15), {}),
+    ("topk", "fraction", (0.01, 0.2), {}),
+    pytest.param("eden", "bits", (1, 3), {}, marks=pytest.mark.long),
+    pytest.param("randk", "fraction", (0.05, 0.3), {}, marks=pytest.mark.long),
+    pytest.param("threshold", "tau", (0.001, 0.1), {}, marks=pytest.mark.long),
+    pytest.param("kashin", "bits", (1, 4), {}, marks=pytest.mark.long),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("encoder,param,values,extra", CONTROLLABLE)
+def test_every_numeric_encoder_parameter_can_differ_between_clients(tff_runtime, encoder, param,
+                                                                     values, extra):
+  """Clients at either value run one mixed round: the state is the same type,
+  the groups merge, and the larger value sends more (or, for threshold's tau,
+  the smaller)."""
+  del tff_runtime
+  from fedsim.experiment.config.loader import parse_config
+  from fedsim.experiment.simulation import RoundClients, build_simulation
+  from fedsim.runtime.mixed import next_mixed
+  low, high = values
+  config = _config(2)
+  stage = {"name": "encode", "encoder": encoder, "min_elements": 100, **extra,
+           param: {"controller": "test_alternate", "initial": low, "min": low, "max": high}}
+  config["aggregation"] = [stage]
+  sim = build_simulation(parse_config(config))
+  ids = sim.sampler.sample(1, 4)
+  clients = RoundClients(sim, 1, ids)
+  first, second = sim.control.variant(low), sim.control.variant(high)
+  state = first.process.initialize()
+  new_state, measurements = next_mixed(
+      [(first.process, clients.only(ids[0::2]), None),
+       (second.process, clients.only(ids[1::2]), None)], state)
+  weights = [np.asarray(w) for w in sim.algorithm.model_weights(new_state).trainable]
+  assert all(np.isfinite(w).all() for w in weights)
+  assert not np.array_equal(weights[0], np.asarray(
+      sim.algorithm.model_weights(state).trainable[0]))
+  if encoder != "threshold":  # its size depends on the values: measured, not static
+    assert second.wire.aggregate > first.wire.aggregate
