@@ -15,7 +15,7 @@ SWEEP = pathlib.Path(__file__).resolve().parents[2] / "experiments" / "encoders.
 # identity is the `none` variant's upload; threshold has no size to compare
 # at equal bits (its tau is absolute, so its bits depend on the task).
 NOT_SWEPT = {"identity", "threshold"}
-BIASED = {"sign", "topk", "randk", "drive"}  # EF matters most where C is biased
+BIASED = {"sign", "topk", "randk", "drive", "powersgd"}  # EF matters most where C is biased
 
 
 @pytest.fixture(scope="module")
