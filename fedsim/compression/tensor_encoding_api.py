@@ -9,7 +9,9 @@ public intrinsics, so that deletion does not touch it.
 
 User encoders (see `fedsim.compression.register_encoder`) may use the names
 re-exported here: `stages` (built-in encoding stages), `EncodingStageInterface`
-and `tf_style_encoding_stage` (to write a stage), `Encoder` and `chain`.
+and `tf_style_encoding_stage` (to write a stage; `AdaptiveEncodingStageInterface`,
+`tf_style_adaptive_encoding_stage` and `StateAggregationMode` for one with
+server state, as `stages.low_rank`), `Encoder` and `chain`.
 `SeededUniformQuantizationStage` and `SeededHadamardStage` replace the
 built-in stages of the same kind where a run must repeat: tensor_encoding's
 draw unseeded random numbers inside the computation; their noise seeds are
