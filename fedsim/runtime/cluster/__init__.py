@@ -19,7 +19,8 @@ worker).
 
 Ray is imported only in this package (`process`), its private address lookup
 in one place (`address.auto_address`). Modules: `worker` (the actor and the
-keys), `address`, `process` (the driver's side).
+keys), `address`, `process` (the driver's side), `lifetime` (a private
+instance dies with the driver; Ray leaves the driver's signal handlers alone).
 """
 
 from fedsim.runtime.cluster.address import check_address

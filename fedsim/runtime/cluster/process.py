@@ -15,6 +15,7 @@ import numpy as np
 
 from fedsim.errors import RunFailed, UserError
 from fedsim.runtime.cluster.address import auto_address, answers, check_reachable
+from fedsim.runtime.cluster.lifetime import Reaper, process_handlers_kept
 from fedsim.runtime.cluster.worker import ClientWorker, ClusterSpec, chunk_bounds
 
 # Ray restarts a dead actor (which rebuilds itself from the config) and re-runs
@@ -71,10 +72,11 @@ class ClusterProcess:
     self._connected = False
     self._lost = False    # the GCS stopped answering
     self._gcs = ""        # HOST:PORT of the cluster's GCS, probed while waiting
+    self._reaper: Reaper | None = None  # of a private instance
     self._lock = threading.Lock()
     atexit.register(self.close)
-    self._connect()
     try:
+      self._connect()
       self._check_fits()
       actor_class = ray.remote(worker_class).options(
           num_cpus=spec.cpus_per_worker, num_gpus=spec.gpus_per_worker,
@@ -206,6 +208,8 @@ class ClusterProcess:
           except Exception:  # pylint: disable=broad-except
             pass  # already dead, or the cluster is gone
         ray.shutdown()  # a private instance's raylet and GCS stop with it
+      if self._reaper is not None:
+        self._reaper.sweep()  # its agents outlive ray.shutdown() by a minute
       self._actors, self._connected = [], False
 
   # Internals.
@@ -219,15 +223,18 @@ class ClusterProcess:
     options = dict(include_dashboard=False, log_to_driver=False, logging_level="ERROR",
                    configure_logging=True)
     if address == "local":
-      ray.init(address="local", num_cpus=self._spec.workers * self._spec.cpus_per_worker,
-               num_gpus=self._spec.workers * self._spec.gpus_per_worker or None,
-               object_store_memory=_LOCAL_OBJECT_STORE_BYTES, **options)
+      self._reaper = Reaper()  # before ray.init: a driver killed during it is swept too
+      with self._reaper.tagged(), process_handlers_kept():
+        ray.init(address="local", num_cpus=self._spec.workers * self._spec.cpus_per_worker,
+                 num_gpus=self._spec.workers * self._spec.gpus_per_worker or None,
+                 object_store_memory=_LOCAL_OBJECT_STORE_BYTES, **options)
       self._owned = True
     else:
       target = auto_address() if address == "auto" else address
       check_reachable(target, address)
       try:
-        ray.init(address=target, **options)
+        with process_handlers_kept():
+          ray.init(address=target, **options)
       except (ConnectionError, RuntimeError) as e:
         raise UserError(f"runtime.address: cannot connect to the Ray cluster at {target}:"
                         f" {_first_line(e)}") from None
