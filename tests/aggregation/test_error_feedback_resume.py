@@ -1,5 +1,6 @@
-"""FedAvg with error feedback on a top-k upload: the clients' residuals live on
-disk, are checkpointed, and a resumed run equals the uninterrupted one bit for bit."""
+"""FedAvg with error feedback on a top-k (or warm-started PowerSGD) upload: the
+clients' residuals live on disk, are checkpointed, and a resumed run equals the
+uninterrupted one bit for bit."""
 
 from __future__ import annotations
 
@@ -40,15 +41,25 @@ def _rows(result):
   return [{k: v for k, v in row.items() if k not in WALL_CLOCK} for row in result.metrics]
 
 
+# PowerSGD's warm start adds server state (Q) and the clients' copy of it
+# (client-work state): both are checkpointed too.
+POWERSGD = {"name": "encode", "encoder": "powersgd", "rank": 1, "min_elements": 100,
+            "error_feedback": True}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("algorithm", ["fedavg", "fedsgd"])
-def test_resumed_error_feedback_run_equals_the_uninterrupted_one(tmp_path, algorithm):
+@pytest.mark.parametrize("algorithm, stage", [("fedavg", None), ("fedsgd", None),
+                                              ("fedavg", POWERSGD)],
+                         ids=["fedavg-topk", "fedsgd-topk", "fedavg-powersgd"])
+def test_resumed_error_feedback_run_equals_the_uninterrupted_one(tmp_path, algorithm, stage):
   config = dict(CONFIG, algorithm={"name": algorithm})
+  if stage is not None:
+    config["aggregation"] = [stage]
   whole = fedsim.run(config, logdir=tmp_path / "whole", progress=False)
   half = fedsim.run(config, ["rounds=2"], logdir=tmp_path / "parts", progress=False)
   resumed = fedsim.run(config, logdir=tmp_path / "parts", progress=False, resume=half.run_dir)
   rows = _rows(whole)
-  # Top-20 of a 640-element kernel drops most of each update: residuals are large.
+  # Top-20 or rank 1 of a 640-element kernel drops most of each update.
   assert all(row["error_feedback/residual_norm"] > 0 for row in rows)
   # 3 of 6 clients a round: residuals age; their ages follow clients.csv.
   assert [(row.get("error_feedback/residual_age_mean"), row.get("error_feedback/residual_age_max"))
@@ -58,7 +69,7 @@ def test_resumed_error_feedback_run_equals_the_uninterrupted_one(tmp_path, algor
   for got, want in zip(resumed.final_weights, whole.final_weights):
     np.testing.assert_array_equal(got, want)
   # The residuals matter: without them the same run ends elsewhere.
-  plain = dict(config, aggregation=[dict(CONFIG["aggregation"][0], error_feedback=False)])
+  plain = dict(config, aggregation=[dict(config["aggregation"][0], error_feedback=False)])
   other = fedsim.run(plain, logdir=tmp_path / "plain", progress=False)
   assert "error_feedback/residual_norm" not in other.metrics[0]
   assert not np.array_equal(other.final_weights[0], whole.final_weights[0])

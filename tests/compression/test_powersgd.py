@@ -256,33 +256,6 @@ def test_a_config_broadcasts_full_rank_and_uploads_rank_2_with_error_feedback(
     assert math.isfinite(row["train/loss"])
 
 
-@pytest.mark.slow
-def test_a_resumed_warm_started_run_with_error_feedback_equals_the_uninterrupted_one(
-    tff_runtime, tmp_path):
-  """The server's Q (aggregation state), the clients' copy of it (client-work
-  state) and their residuals are all checkpointed."""
-  import fedsim
-  config = {
-      "name": "powersgd_resume", "seed": 4, "rounds": 4, "clients_per_round": 3,
-      "data": {"name": "digits", "num_clients": 6, "batch_size": 16},
-      "model": {"name": "logistic"},
-      "algorithm": {"name": "fedavg"},
-      "aggregation": [{"name": "encode", "encoder": "powersgd", "rank": 1,
-                       "min_elements": 100, "error_feedback": True}],
-      "runtime": {"name": "inprocess"}, "eval": {"every": 1}, "checkpoint": {"every": 2},
-  }
-
-  def rows(result):
-    return [{k: v for k, v in row.items() if k != "round_seconds"} for row in result.metrics]
-
-  whole = fedsim.run(config, logdir=tmp_path / "whole", progress=False)
-  half = fedsim.run(config, ["rounds=2"], logdir=tmp_path / "parts", progress=False)
-  resumed = fedsim.run(config, logdir=tmp_path / "parts", progress=False, resume=half.run_dir)
-  assert rows(resumed) == rows(whole)
-  for got, want in zip(resumed.final_weights, whole.final_weights):
-    np.testing.assert_array_equal(got, want)
-
-
 def test_a_round_of_zero_updates_keeps_the_last_factor():
   import tensorflow as tf
   from fedsim.compression.stages.low_rank import PowerSgdStage
