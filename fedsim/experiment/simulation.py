@@ -106,16 +106,9 @@ def build_simulation(config: ExperimentConfig) -> Simulation:
 
 
 def _controlled(config: ExperimentConfig) -> Controlled | None:
-  """The controlled encoder parameter of `config`, if any.
-
-  Raises:
-    UserError: more than one, or a schedule or runtime that cannot run one.
-  """
-  controlled = find_controlled({"aggregation": config.aggregation_chain(),
-                                "broadcast": config.broadcast_chain()})
-  if controlled is None:
-    return None
-  return controlled
+  """The controlled encoder parameter of `config`, if any (UserError: more than one)."""
+  return find_controlled({"aggregation": config.aggregation_chain(),
+                          "broadcast": config.broadcast_chain()})
 
 
 def _variant_process(algorithm: FederatedAlgorithm, config: ExperimentConfig, first: Any,

@@ -64,4 +64,4 @@ def test_chunks_are_contiguous_and_cover_the_round(count, workers, bounds):
      "The actor died unexpectedly before finishing this task."),
 ])
 def test_a_dead_workers_cause_is_one_line(text, cause):
-  assert cluster.process._actor_cause(Exception(text)) == cause
+  assert cluster.failures.actor_cause(Exception(text)) == cause

@@ -5,7 +5,6 @@ from __future__ import annotations
 import atexit
 import copy
 import os
-import re
 import sys
 import threading
 import time
@@ -15,6 +14,7 @@ import numpy as np
 
 from fedsim.errors import RunFailed, UserError
 from fedsim.runtime.cluster.address import auto_address, answers, check_reachable
+from fedsim.runtime.cluster.failures import actor_cause, failed_worker, first_line
 from fedsim.runtime.cluster.lifetime import Reaper, process_handlers_kept
 from fedsim.runtime.cluster.worker import ClientWorker, ClusterSpec, chunk_bounds
 
@@ -29,10 +29,6 @@ _PROBE_S = 5.0  # how often a wait checks that the cluster still answers
 # absence Ray logs as an error), no warning about a future GPU default.
 _QUIET_RAY = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_enable_metrics_collection": "0",
               "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-# The last line of a Python traceback: 'package.module.SomeError: message'.
-_RAISED = re.compile(r"^(?:[A-Za-z_][\w]*\.)*(?P<kind>[A-Za-z_]\w*(?:Error|Exception|Exit)):"
-                     r" (?P<message>.+)$")
 
 class ClusterProcess:
   """An `InProcessProcess` whose clients run on Ray actors; same interface.
@@ -237,7 +233,7 @@ class ClusterProcess:
           ray.init(address=target, **options)
       except (ConnectionError, RuntimeError) as e:
         raise UserError(f"runtime.address: cannot connect to the Ray cluster at {target}:"
-                        f" {_first_line(e)}") from None
+                        f" {first_line(e)}") from None
     self._connected = True
     self._gcs = ray.get_runtime_context().gcs_address
 
@@ -280,45 +276,18 @@ class ClusterProcess:
           raise RunFailed(f"{during}: lost the ray cluster (its head {self._gcs} stopped"
                           " answering); completed rounds and checkpoints are kept")
     except ray.exceptions.RayActorError as e:
-      worker = _failed_worker(refs, ray, workers or list(range(len(refs))))
+      worker = failed_worker(refs, ray, workers or list(range(len(refs))))
       if during == "start-up":
         raise RunFailed(f"start-up: ray worker {worker} could not be built:"
-                        f" {_actor_cause(e)}") from None
+                        f" {actor_cause(e)}") from None
       raise RunFailed(f"{during}: ray worker {worker} died and was not restarted (at most"
-                      f" {RESTARTS} restarts): {_actor_cause(e)}; the run can resume from its"
+                      f" {RESTARTS} restarts): {actor_cause(e)}; the run can resume from its"
                       " last checkpoint") from None
     except ray.exceptions.RayTaskError as e:
-      raise RunFailed(f"{during}: a ray worker failed: {_first_line(e.cause or e)}") from None
+      raise RunFailed(f"{during}: a ray worker failed: {first_line(e.cause or e)}") from None
     except ray.exceptions.RayError as e:
       raise RunFailed(f"{during}: lost the ray cluster ({type(e).__name__}:"
-                      f" {_first_line(e)})") from None
-
-
-def _failed_worker(refs: list, ray, workers: list[int]) -> str:
-  """The worker (chunk) index of the first call whose actor died, for the message."""
-  for worker, ref in zip(workers, refs):
-    try:
-      ray.get(ref, timeout=0)
-    except ray.exceptions.RayActorError:
-      return str(worker)
-    except Exception:  # pylint: disable=broad-except
-      continue
-  return "?"
-
-
-def _actor_cause(error) -> str:
-  """The error that ended an actor, one line: the Python exception its
-  traceback ends with (e.g. 'UserError: data.path: ...'), else Ray's first line."""
-  text = _ANSI.sub("", str(error))
-  raised = [m for m in map(_RAISED.match, text.splitlines()) if m]
-  if raised:
-    return f"{raised[-1]['kind']}: {raised[-1]['message']}"
-  return _first_line(text)
-
-
-def _first_line(error: BaseException | str) -> str:
-  text = str(error).strip()
-  return text.splitlines()[0] if text else type(error).__name__
+                      f" {first_line(e)})") from None
 
 
 def _exit_failed() -> None:
