@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import csv
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
 import numpy as np
 import pytest
 import yaml
@@ -110,3 +118,90 @@ def test_unchanged_client_states_are_not_hashed_again(tmp_path, monkeypatch):
   ckpt.save_checkpoint(run_dir, 4, [np.full(4, 4.0)], 4.0, [1] * 4, [1] * 4, keep=5,
                        client_states=run_dir / "client_states")
   assert sorted(hashed) == ["progress.json", "server_state.npz"]
+
+
+
+E2E_ROUNDS = 12
+E2E_CONFIG = f"""
+name: flip
+seed: 11
+rounds: {E2E_ROUNDS}
+clients_per_round: 3
+data: {{name: digits, num_clients: 6, partition: iid, batch_size: 32}}
+model: {{name: logistic}}
+algorithm: {{name: fedavg}}
+eval: {{every: 1}}
+checkpoint: {{every: 2, keep: 2}}
+"""
+
+
+def _fedsim_run(*args: str) -> subprocess.Popen:
+  return subprocess.Popen([sys.executable, "-m", "fedsim.cli", "run", *args, "--no-progress"],
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+
+
+def _complete_checkpoints(logdir: pathlib.Path) -> list[pathlib.Path]:
+  """round_N directories of the run under `logdir` that are in place, oldest first."""
+  found = [p for p in logdir.glob("flip/*/checkpoints/round_*") if (p / "COMPLETE").is_file()]
+  return sorted(found, key=lambda p: int(p.name.split("_")[1]))
+
+
+def _rows(run_dir: pathlib.Path) -> list[dict[str, str]]:
+  with open(run_dir / "metrics.csv", newline="") as f:
+    return [{k: v for k, v in row.items() if k != "round_seconds"} for row in csv.DictReader(f)]
+
+
+def _kill_after_two_checkpoints(run: subprocess.Popen, logdir: pathlib.Path) -> None:
+  try:
+    deadline = time.monotonic() + 300
+    while len(_complete_checkpoints(logdir)) < 2:
+      assert run.poll() is None, run.communicate()
+      assert time.monotonic() < deadline, "no second checkpoint in time"
+      time.sleep(0.02)
+    run.send_signal(signal.SIGKILL)
+  finally:
+    run.kill()
+    run.communicate()
+
+
+@pytest.mark.slow
+def test_a_flipped_byte_in_a_killed_runs_newest_checkpoint_resumes_from_the_older_one(tmp_path):
+  """End to end: SIGKILL after the second checkpoint, one byte of the newest
+  server_state.npz flipped, `--resume`: one line, the older checkpoint, and the
+  same metrics.csv and final model as a run never interrupted."""
+  config = tmp_path / "flip.yaml"
+  config.write_text(E2E_CONFIG)
+  reference = _fedsim_run(str(config), "--logdir", str(tmp_path / "reference"))
+  try:
+    _kill_after_two_checkpoints(_fedsim_run(str(config), "--logdir", str(tmp_path / "runs")),
+                                tmp_path / "runs")
+    *older, newest = _complete_checkpoints(tmp_path / "runs")
+    assert older and int(newest.name.split("_")[1]) < E2E_ROUNDS  # killed mid-run
+    _flip_one_byte(newest / ckpt.SERVER_STATE)
+    run_dir, fallback = newest.parents[1], older[-1].name.split("_")[1]
+
+    resumed = _fedsim_run(str(config), "--logdir", str(tmp_path / "runs"), "--resume",
+                          str(run_dir))
+    out, err = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, err
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"fedsim: {run_dir}: checkpoint {newest.name}/server_state.npz: ")
+    assert err.endswith(f"resuming from round {fallback} (damaged checkpoints moved to"
+                        " damaged_round_*)\n")
+    assert f"resuming {run_dir} after round {fallback} of" in out
+    _, ref_err = reference.communicate(timeout=600)
+    assert reference.returncode == 0, ref_err
+  finally:
+    reference.kill()
+    reference.communicate()
+  ref_dir = next((tmp_path / "reference" / "flip").iterdir())
+  assert (run_dir / "status").read_text().startswith("completed")
+  rows = _rows(run_dir)
+  assert [r["round"] for r in rows] == [str(r) for r in range(1, E2E_ROUNDS + 1)]
+  assert rows == _rows(ref_dir)  # every metric, as the uninterrupted run wrote it
+  with np.load(run_dir / "final_model.npz") as got, np.load(ref_dir / "final_model.npz") as want:
+    assert sorted(got.files) == sorted(want.files)
+    for name in want.files:
+      np.testing.assert_array_equal(got[name], want[name])
