@@ -91,7 +91,9 @@ def _process(value_type, inner, weight_type, rows, columns, k, momentum, seed):
 
   @tff.tensorflow.computation(table_type, table_type, table_type)
   def server_update(summed, velocity, error):
-    velocity = momentum * velocity + summed
+    # Without momentum, no product with the old velocity: 0 * v folded by
+    # grappler inside the compiled round left a placeholder unfed (inprocess).
+    velocity = momentum * velocity + summed if momentum else summed
     error = error + velocity
     buckets, signs = hashes(d, rows, columns, seed)
     delta = top_k(unsketch(error, buckets, signs), k)

@@ -173,3 +173,23 @@ def test_a_config_runs_count_sketch_over_a_secure_sum(tff_runtime, tmp_path):
   assert [r["aggregation/secure/secure_upper_clipped_count"] for r in rows] == [0, 0]
   assert all(r["aggregation/count_sketch/error_norm"] > 0 for r in rows)
   assert rows[1]["train/loss"] < rows[0]["train/loss"]
+
+
+@pytest.mark.slow
+def test_without_momentum_the_compiled_round_equals_tffs(tff_runtime, tmp_path):
+  """momentum: 0 on inprocess (a product 0 * velocity once left the compiled
+  round a placeholder it never fed) gives local's rounds."""
+  import fedsim
+  config = {
+      "name": "fetchsgd0", "seed": 1, "rounds": 2, "clients_per_round": 3,
+      "data": {"name": "digits", "num_clients": 8, "partition": "iid", "batch_size": 16},
+      "model": {"name": "logistic"}, "algorithm": {"name": "fedavg"},
+      "aggregation": [{"name": "count_sketch", "rows": 3, "columns": 200, "k": 50,
+                       "momentum": 0.0}],
+  }
+  want = fedsim.run({**config, "runtime": {"name": "local"}}, logdir=tmp_path / "local")
+  got = fedsim.run({**config, "runtime": {"name": "inprocess", "device": "cpu"}},
+                   logdir=tmp_path / "inprocess")
+  for g, w in zip(got.final_weights, want.final_weights, strict=True):
+    np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+  assert not np.allclose(got.final_weights[0], 0.0)
