@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import pathlib
+import re
 import sys
 
 import pytest
@@ -40,7 +41,8 @@ def test_the_plugin_controller_is_listed(plugin, capsys):
   from fedsim import cli
   assert cli.main(["list", "controller", "--plugin", str(PLUGIN)]) == 0
   out = capsys.readouterr().out
-  assert "controller loss_halving  per_halving: float = 1.0" in out
+  # Columns align to the longest name listed (other tests may register longer ones).
+  assert re.search(r"^controller loss_halving +per_halving: float = 1.0$", out, re.M)
   assert "One more bit (per_halving) each time the training loss halves" in out
   assert "controller adaquantfl" in out and "controller link_budget" in out
 

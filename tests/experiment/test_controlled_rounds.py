@@ -18,7 +18,7 @@ import pytest
 
 import fedsim
 from fedsim.compression import parse_direction
-from fedsim.control import register_controller
+from fedsim.control import CONTROLLERS, register_controller
 from fedsim.errors import UserError
 
 
@@ -43,7 +43,6 @@ class _Alternate:
     return {"calls": state["calls"] + 1}, values
 
 
-@register_controller("test_alternate", params=AlternateParams, replace=True)
 def _alternate(params):
   """Test: clients alternate between two values."""
   return _Alternate(params)
@@ -72,10 +71,20 @@ class _Step:
     return {"fell": fell, "last": loss}, value
 
 
-@register_controller("test_step", params=StepParams, replace=True)
 def _step(params):
   """Test: the initial value, then the maximum."""
   return _Step(params)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _test_controllers():
+  """This module's controllers, registered while its tests run (registries are
+  process-wide: `fedsim list` in later tests must not show them)."""
+  register_controller("test_alternate", params=AlternateParams, replace=True)(_alternate)
+  register_controller("test_step", params=StepParams, replace=True)(_step)
+  yield
+  for name in ("test_alternate", "test_step"):
+    CONTROLLERS._entries.pop(name, None)
 
 
 def _config(bits, **extra):
