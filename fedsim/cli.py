@@ -254,6 +254,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   handlers = {"run": _run, "validate": _validate, "list": _list, "compare": _compare,
               "status": _status, "data": _data}
   try:
+    if args.command == "run":  # before anything slow: from here on a signal ends it cleanly
+      from fedsim.runtime import signals  # pylint: disable=g-import-not-at-top
+      signals.install_exit_handlers()
     if args.command in ("run", "data") and (limit := host_limits.check_address_space()):
       raise UserError(limit)
     load_plugins(getattr(args, "plugins", []), os.getcwd(), key="--plugin")

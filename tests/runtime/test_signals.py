@@ -88,3 +88,16 @@ def test_a_signal_inside_a_tensorflow_callback_still_interrupts(tmp_path):
       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
   assert done.returncode == 0, done.stderr
   assert done.stdout.splitlines() == ["KeyboardInterrupt", "SystemExit 143"], done.stderr
+
+
+def test_fedsim_run_installs_its_handlers_before_anything_slow():
+  """`python -m fedsim.cli` imports the `fedsim` package before `main` can
+  install the handlers: a Ctrl-C in the ~0.5-2 s it took to import the API
+  (pydantic's schema, NumPy) gave a KeyboardInterrupt traceback, a SIGTERM exit -15."""
+  probe = ("import sys, fedsim.cli\n"
+           "print(sorted(m.split('.')[0] if not m.startswith('fedsim') else m for m in sys.modules\n"
+           "             if m.startswith(('numpy', 'pydantic', 'yaml', 'fedsim.api',\n"
+           "                              'fedsim.experiment', 'tensorflow'))))\n")
+  done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                        env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=60)
+  assert done.stdout == "[]\n", done.stderr
