@@ -95,8 +95,17 @@ def _wait_for_round(process: subprocess.Popen, metrics: pathlib.Path, round_num:
   raise AssertionError(f"round {round_num} not reached in time")
 
 
+# Each variant starts three `fedsim run` processes (~90 s on a loaded 2-core CI
+# machine). easgd keeps the kill and its rewind of on-disk client states in every
+# run, dadaquant_inprocess a controller's state; the top-k ones are `-m long`:
+# `auto` runs topk_ef on inprocess too, and test_error_feedback_resume.py's
+# fedavg-topk resume keeps the residuals' checkpoint bit for bit.
+LONG = ("topk_ef", "topk_ef_inprocess")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", sorted(CONFIGS))
+@pytest.mark.parametrize("variant", [
+    pytest.param(v, marks=pytest.mark.long if v in LONG else ()) for v in sorted(CONFIGS)])
 def test_sigkilled_run_resumes_to_the_uninterrupted_result(tmp_path, variant):
   config = tmp_path / "proof.yaml"
   config.write_text(HEADER + CONFIGS[variant])
