@@ -93,14 +93,18 @@ def _map_reduce_form(direction, inputs: int = 200) -> tff.backends.mapreduce.Map
     # sends no seed for the clients' rotations.
     (200, {"encoder": "hadamard", "bits": 8},
      [("int32", (9363, 1)), ("float32", (2,)), ("int32", (2,))], 299_680 + 64),
+    # The 100x100 kernels are `-m long` (~15 s): the 200x100 ones above prove the
+    # form both ways, test_every_size_compiles_with_static_encoded_shapes below
+    # and test_encoders.py's sweep keep the sizes (16384 among them) static.
     # A 100x100 kernel: ceil(10000 * 8 / 28) = 2858 int32s (91,520 bits).
-    (100, {"encoder": "uniform", "bits": 8},
-     [("int32", (2858, 1)), ("float32", (2,))], 91_520),
+    pytest.param(100, {"encoder": "uniform", "bits": 8},
+                 [("int32", (2858, 1)), ("float32", (2,))], 91_520, marks=pytest.mark.long),
     # Hadamard pads 10000 to 16384: ceil(16384 * 8 / 28) = 4682 int32s
     # (149,888 bits with min/max). This size once left the packed values
     # int32[None, 1] in the compiled graph (see test_encoders.py).
-    (100, {"encoder": "hadamard", "bits": 8},
-     [("int32", (4682, 1)), ("float32", (2,)), ("int32", (2,))], 149_888 + 64),
+    pytest.param(100, {"encoder": "hadamard", "bits": 8},
+                 [("int32", (4682, 1)), ("float32", (2,)), ("int32", (2,))], 149_888 + 64,
+                 marks=pytest.mark.long),
     (200, None, [("float32", (200, 100))], 640_000),
 ])
 def test_fed_avg_sends_the_encoded_form_both_ways(inputs, config, kernel, kernel_bits):

@@ -170,6 +170,10 @@ def test_readme_plugin_example_validates_and_builds_its_data(tmp_path):
 
 
 @pytest.mark.slow
+# `-m long` (~25 s, a `fedsim run` process): the example's data is built by the
+# test above, and plugins/test_algorithm_and_dataset_plugins.py trains a plugin
+# dataset from YAML in every run.
+@pytest.mark.long
 def test_readme_plugin_example_trains(tmp_path):
   config = _readme_example(tmp_path)
   result = subprocess.run(
