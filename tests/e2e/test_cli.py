@@ -69,12 +69,22 @@ def test_run_writes_logs_and_prints_where(tmp_path, tiny_config):
   assert f"per round: broadcast {model_bits} (model {model_bits}), aggregate " in result.stdout
   assert f"(model {model_bits}); mean of 2 rounds" in result.stdout
 
-  again = fedsim("run", str(tiny_config), "--logdir", str(logdir))
-  assert again.returncode == 0, again.stderr
+
+@pytest.mark.slow
+# Two more CLI processes (~30 s): the default run keeps both properties in
+# resume/test_live_runs.py (a second process of the same config equals the first
+# bit for bit) and resume/test_faults.py (a fresh run gets its own directory).
+@pytest.mark.long
+def test_a_second_run_gets_its_own_directory_and_the_same_metrics(tmp_path, tiny_config):
+  logdir = tmp_path / "runs"
+  for _ in range(2):
+    result = fedsim("run", str(tiny_config), "--logdir", str(logdir))
+    assert result.returncode == 0, result.stderr
   runs = sorted(p for p in (logdir / "tiny").iterdir() if (p / "config.yaml").is_file())
   assert len(runs) == 2
-  second = list(csv.DictReader(open(runs[1] / "metrics.csv")))
-  for a, b in zip(rows, second):  # same config + seed -> same metrics
+  first, second = (list(csv.DictReader(open(run / "metrics.csv"))) for run in runs)
+  assert [r["round"] for r in first] == ["1", "2"]
+  for a, b in zip(first, second, strict=True):  # same config + seed -> same metrics
     for key in ("train/loss", "eval/accuracy", "eval/loss"):
       assert a[key] == b[key], key
 
@@ -217,14 +227,19 @@ def test_variant_selects_one_run(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_run_one_variant(tmp_path):
+def test_run_one_variant(tff_runtime, tmp_path, capsys):
+  # In this process (test_run_writes_logs_and_prints_where runs the command as a
+  # user does): a second interpreter would import TensorFlow again.
+  from fedsim import cli
   path = tmp_path / "v.yaml"
   path.write_text(TINY + "variants: {a: {}, b: {rounds: 1}}\n")
-  result = fedsim("run", str(path), "--logdir", str(tmp_path / "runs"), "--variant", "b")
-  assert result.returncode == 0, result.stderr
+  code = cli.main(["run", str(path), "--logdir", str(tmp_path / "runs"), "--variant", "b",
+                   "--no-progress"])
+  out, err = capsys.readouterr()
+  assert code == 0, err
   runs = (tmp_path / "runs" / "tiny").iterdir()
   assert [p.name for p in runs if (p / "config.yaml").is_file()] == ["b"]
-  assert "[b] rounds: 1, final eval/accuracy" in result.stdout
+  assert "[b] rounds: 1, final eval/accuracy" in out
 
 
 @pytest.mark.parametrize("reference,bits,counter,said", [
