@@ -43,6 +43,8 @@ algorithm:
   moving_rate: 0.3
   client_optimizer: {name: sgd, learning_rate: 0.1, momentum: 0.5}
 system: {speed: lognormal, sigma: 0.5}
+# On TFF's worker: `auto` would pick inprocess, which dadaquant_inprocess runs.
+runtime: {name: local}
 variants: {easgd: {}}
 """,
     # Top-20 of the 640-element kernel: most of each update stays in the residual.
@@ -97,9 +99,10 @@ def _wait_for_round(process: subprocess.Popen, metrics: pathlib.Path, round_num:
 
 # Each variant starts three `fedsim run` processes (~90 s on a loaded 2-core CI
 # machine). easgd keeps the kill and its rewind of on-disk client states in every
-# run, dadaquant_inprocess a controller's state; the top-k ones are `-m long`:
-# `auto` runs topk_ef on inprocess too, and test_error_feedback_resume.py's
-# fedavg-topk resume keeps the residuals' checkpoint bit for bit.
+# run (on `local`, its worker killed with it), dadaquant_inprocess a controller's
+# state on inprocess; the top-k ones are `-m long`: `auto` runs topk_ef on
+# inprocess too, and test_error_feedback_resume.py's fedavg-topk resume keeps the
+# residuals' checkpoint bit for bit.
 LONG = ("topk_ef", "topk_ef_inprocess")
 
 
