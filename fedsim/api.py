@@ -169,17 +169,25 @@ def _run_plans(plans, logdir, held: contextlib.ExitStack, progress, on_run_dir, 
               flush=True)
     if on_run_dir:
       on_run_dir(run_dir)
-    write_config(run_dir, resolved)
-    # A forced exit (see fedsim.runtime.signals) skips the loop's own status.
-    # A runtime with a close() (ray's actors and private instance) ends with the run.
-    with session(str(run_dir / "worker.log"),
-                 cfg.runtime.params.max_concurrent_computation_calls) as runtime, \
-        signals.forced_exit_hook(lambda d=run_dir: mark_interrupted(d)), \
-        (contextlib.closing(sim.round_process) if hasattr(sim.round_process, "close")
-         else contextlib.nullcontext()):
-      results[variant] = run_rounds(sim, run_dir, resolved, progress=progress,
-                                    check_runtime=runtime.check_alive,
-                                    resume_from=checkpoint, on_round=on_round)
+    # A signal before the loop writes its status (here, while the worker or
+    # the first round starts) would leave the run without one, and a forced
+    # exit (see fedsim.runtime.signals) skips the loop's own: both read
+    # `interrupted` (a status the loop wrote stays).
+    with signals.forced_exit_hook(lambda d=run_dir: mark_interrupted(d)):
+      try:
+        write_config(run_dir, resolved)
+        # A runtime with a close() (ray's actors and private instance) ends with the run.
+        with session(str(run_dir / "worker.log"),
+                     cfg.runtime.params.max_concurrent_computation_calls) as runtime, \
+            (contextlib.closing(sim.round_process) if hasattr(sim.round_process, "close")
+             else contextlib.nullcontext()):
+          results[variant] = run_rounds(sim, run_dir, resolved, progress=progress,
+                                        check_runtime=runtime.check_alive,
+                                        resume_from=checkpoint, on_round=on_round)
+      except (KeyboardInterrupt, SystemExit):
+        with contextlib.suppress(OSError, UserError):  # the signal is what to report
+          mark_interrupted(run_dir)
+        raise
     lock.release()  # The worker, which logs into the directory, has stopped.
   return results
 

@@ -155,12 +155,13 @@ def _overwrite_in_place(path: pathlib.Path, data: bytes) -> None:
 
 
 def mark_interrupted(run_dir: str | os.PathLike) -> None:
-  """Marks a run whose status is still 'running' as 'interrupted'.
+  """Marks a run whose status is still 'running', or not yet written, as 'interrupted'.
 
   For exits that skip the run loop's own handling (`os._exit` after a second
-  Ctrl-C). Raises OSError as `write_status`.
+  Ctrl-C, a signal before the loop starts). Raises OSError as `write_status`,
+  UserError as `read_status`.
   """
-  if read_status(run_dir)[0] == "running":
+  if read_status(run_dir)[0] in ("running", ""):
     write_status(run_dir, "interrupted")
 
 
