@@ -32,7 +32,9 @@ from fedsim.experiment.rewind import rewind_to_start
 from fedsim.reporting import ownership
 from tests.resume.events import steps_by_tag
 
-ROUNDS = 30
+# Enough rounds that a run stopped or killed at round 2-3 is still far from its
+# last round (the only checkpoint below); each round more costs every run here.
+ROUNDS = 12
 CONFIG = {
     "name": "live", "seed": 4, "rounds": ROUNDS, "clients_per_round": 3,
     "data": {"name": "digits", "num_clients": 6, "partition": "iid", "batch_size": 32},
