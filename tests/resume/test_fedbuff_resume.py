@@ -34,6 +34,34 @@ variants: {{fedbuff: {{}}}}
 
 
 @pytest.mark.slow
+def test_a_fedbuff_run_resumed_from_its_checkpoint_equals_the_uninterrupted_one(tmp_path):
+  """In this process: 3 rounds, then 3 more from their checkpoint, against 6 straight.
+  The clients in flight at round 3 are in the checkpoint or the result differs."""
+  import fedsim
+  config = str(tmp_path / "proof.yaml")  # fedsim's YAML reader, as the CLI's
+  (tmp_path / "proof.yaml").write_text(CONFIG.replace("variants: {fedbuff: {}}\n", ""))
+  whole = fedsim.run(config, logdir=tmp_path / "whole", progress=False)
+  half = fedsim.run(config, ["rounds=3"], logdir=tmp_path / "parts", progress=False)
+  assert int(half.metrics[-1]["clients/in_flight"]) > 0  # something to carry over
+  resumed = fedsim.run(config, logdir=tmp_path / "parts", progress=False,
+                       resume=half.run_dir)
+  assert resumed.run_dir == half.run_dir
+  rows = _rows(whole.run_dir)
+  assert [r["round"] for r in rows] == [str(r) for r in range(1, ROUNDS + 1)]
+  assert _rows(resumed.run_dir) == rows
+  assert max(float(r["staleness/max"]) for r in rows) > 0  # really asynchronous
+  for got, want in zip(resumed.final_weights, whole.final_weights, strict=True):
+    np.testing.assert_array_equal(got, want)
+  clients = (resumed.run_dir / "clients.csv").read_text()
+  assert clients == (whole.run_dir / "clients.csv").read_text()
+  _check_dispatch_bookkeeping(list(csv.DictReader(io.StringIO(clients))), rows)
+
+
+@pytest.mark.slow
+# Three `fedsim run` processes (~85 s): `-m long`. The test above keeps the
+# in-flight clients' checkpoint in every run, and test_kill_resume.py's easgd
+# and dadaquant_inprocess keep a SIGKILL's rewind of what followed it.
+@pytest.mark.long
 def test_sigkilled_fedbuff_run_resumes_to_the_uninterrupted_result(tmp_path):
   config = tmp_path / "proof.yaml"
   config.write_text(CONFIG)
