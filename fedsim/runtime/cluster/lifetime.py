@@ -28,6 +28,10 @@ import uuid
 from typing import Iterator
 
 TAG = "FEDSIM_RAY_INSTANCE"
+# Also set for the instance's processes: its raylet exited ('Runtime Env Agent
+# timed out in 30000ms') when its runtime-env agent, a Python process, took
+# over 30 s to start: 1 in 5 starts on two cores kept busy by other processes.
+_PATIENT = {"RAY_agent_register_timeout_ms": "300000"}
 
 # Runs in the watcher: wait for EOF on stdin (the driver closed the pipe or
 # died), then SIGKILL the tagged processes until none is left (a raylet may
@@ -75,13 +79,16 @@ class Reaper:
 
   @contextlib.contextmanager
   def tagged(self) -> Iterator[None]:
-    """Processes started in the body (the instance's nodes) carry the tag."""
+    """Processes started in the body (the instance's nodes) carry the tag
+    (and wait for a slow agent, unless the environment says otherwise)."""
     name, value = self._tag.split("=", 1)
-    os.environ[name] = value
+    added = {name: value, **{k: v for k, v in _PATIENT.items() if k not in os.environ}}
+    os.environ.update(added)
     try:
       yield
     finally:
-      os.environ.pop(name, None)  # later children (a TFF worker, a plugin's) are not Ray's
+      for key in added:  # later children (a TFF worker, a plugin's) are not Ray's
+        os.environ.pop(key, None)
 
   def sweep(self) -> None:
     """Kills what is left of the instance (after `ray.shutdown()`); idempotent."""
