@@ -130,6 +130,13 @@ def trial(runtime: str, sig: str, anchor: str, delay: float, root: pathlib.Path)
   return seen
 
 
+def _last_line(seen: dict) -> str:
+  """fedsim's own last line of stderr (its one-line error), else the last line."""
+  lines = (seen.get("stderr") or "").strip().splitlines() or [""]
+  ours = [line for line in lines if line.startswith("fedsim:")]
+  return (ours or lines)[-1][:200]
+
+
 def main() -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--trials", type=int, default=20)
@@ -157,8 +164,8 @@ def main() -> int:
           results[runtime, sig].append(seen)
           print(f"{runtime:9} SIG{sig:4} #{number + 1:2} {delay:4.1f} s after {anchor:5}:"
                 f" exit {seen.get('exit')}, {seen.get('status', '?')[:50]}"
-                + (f"  FAILED: {'; '.join(seen['problems'])}" if seen["problems"] else ""),
-                flush=True)
+                + (f"  FAILED: {'; '.join(seen['problems'])}: {_last_line(seen)}"
+                   if seen["problems"] else ""), flush=True)
   finally:
     stop_load()
   load = "none" if args.no_load else f"{os.cpu_count()} busy-loop processes"
@@ -172,7 +179,7 @@ def main() -> int:
     lines = (seen.get("stderr") or "").strip().splitlines()[:3]
     print(f"\n{seen['runtime']} SIG{seen['signal']} {seen['delay']:.1f} s after"
           f" {seen['anchor']}:"
-          f" {'; '.join(seen['problems'])}\n  " + "\n  ".join(lines))
+          f" {'; '.join(seen['problems'])}\n  " + "\n  ".join(lines + [_last_line(seen)]))
   return 0 if all(not s["problems"] for cell in results.values() for s in cell) else 1
 
 
