@@ -99,11 +99,12 @@ def _wait_for_round(process: subprocess.Popen, metrics: pathlib.Path, round_num:
 
 # Each variant starts three `fedsim run` processes (~90 s on a loaded 2-core CI
 # machine). easgd keeps the kill and its rewind of on-disk client states in every
-# run (on `local`, its worker killed with it), dadaquant_inprocess a controller's
-# state on inprocess; the top-k ones are `-m long`: `auto` runs topk_ef on
-# inprocess too, and test_error_feedback_resume.py's fedavg-topk resume keeps the
-# residuals' checkpoint bit for bit.
-LONG = ("topk_ef", "topk_ef_inprocess")
+# run (on `local`, its worker killed with it); the others are `-m long`: `auto`
+# runs topk_ef on inprocess too, test_error_feedback_resume.py's fedavg-topk
+# resume keeps the residuals' checkpoint bit for bit, and test_controlled_rounds'
+# step resume a controller's state (its decisions depend on it), while
+# test_live_runs SIGKILLs inprocess runs in every run.
+LONG = ("topk_ef", "topk_ef_inprocess", "dadaquant_inprocess")
 
 
 @pytest.mark.slow
