@@ -136,7 +136,14 @@ def _ray_processes(run: Run, kind: str) -> list[int]:
   return [pid for pid, command in marked(run.marker) if kind in command]
 
 
+# CI time: each test here starts a private Ray instance (~30-60 s on a loaded
+# 2-core machine). The default run keeps SIGTERM mid-run and the SIGKILLed driver
+# (nothing left, resume completes); start-up SIGINTs and a killed actor are
+# `-m long` (tests/chaos/test_early_signals.py keeps signals before the loop
+# starts, and tests/runtime/test_cluster.py a worker that dies mid-round, in
+# every run).
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("moment", ["raylet", "ray::ClientWorker"])
 def test_sigint_during_start_up_is_one_line_and_leaves_nothing(runs, moment):
   """SIGINT once Ray's raylet runs (ray.init under way) or once the actors are
@@ -181,6 +188,7 @@ def test_a_sigkilled_driver_leaves_no_ray_process_and_resumes(runs, uninterrupte
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_an_actor_killed_mid_run_is_restarted_and_the_run_completes(runs, uninterrupted):
   run = runs(RAY)
   run.wait_until(lambda: run.rounds_logged() >= 2, "round 2")
