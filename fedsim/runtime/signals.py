@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import os
 import signal
 import sys
@@ -141,7 +142,7 @@ def _raise_outside_tensorflow(frame, error: BaseException) -> None:
   frame. Under a debugger or coverage tool, which owns tracing, it is raised
   at once, as before.
   """
-  caller = _tensorflow_caller(frame)
+  caller = _guarded_caller(frame)
   if caller is None or sys.gettrace() is not None:
     raise error
 
@@ -160,17 +161,21 @@ def _trace_no_calls(frame, event, arg) -> None:
   return None
 
 
-def _tensorflow_caller(frame):
-  """The frame that called the outermost TensorFlow frame of `frame`'s stack
-  (None if TensorFlow is not on it)."""
+def _guarded_caller(frame):
+  """The frame that called the outermost guarded frame of `frame`'s stack (None
+  if none is on it). Guarded: TensorFlow's own frames, and a garbage
+  collector callback's (e.g. JAX's `_xla_gc_callback`): Python reports an
+  exception raised in a gc callback as 'Exception ignored in ...' and goes on,
+  so a Ctrl-C handled there was lost (1 of 20 trials under load), and the run
+  only ended at the shutdown deadline."""
   tf = sys.modules.get("tensorflow")
   root = os.path.dirname(getattr(tf, "__file__", None) or "")
-  if not root:
-    return None
-  prefix = root + os.sep
+  prefix = root + os.sep if root else None
+  callbacks = {getattr(cb, "__code__", None) for cb in gc.callbacks} - {None}
   caller, inside = None, False
   while frame is not None:
-    if frame.f_code.co_filename.startswith(prefix):
+    if ((prefix is not None and frame.f_code.co_filename.startswith(prefix))
+        or frame.f_code in callbacks):
       inside, caller = True, None
     elif inside and caller is None:
       caller = frame
