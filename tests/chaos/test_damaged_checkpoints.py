@@ -166,7 +166,10 @@ def _kill_after_two_checkpoints(run: subprocess.Popen, logdir: pathlib.Path) -> 
     run.communicate()
 
 
+# `-m long` for CI time: the fallback itself is test_resume_falls_back_to_the_newest_
+# intact_checkpoint's (every damage, every run); this is the same end to end.
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_flipped_byte_in_a_killed_runs_newest_checkpoint_resumes_from_the_older_one(tmp_path):
   """End to end: SIGKILL after the second checkpoint, one byte of the newest
   server_state.npz flipped, `--resume`: one line, the older checkpoint, and the

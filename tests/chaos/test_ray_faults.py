@@ -136,12 +136,12 @@ def _ray_processes(run: Run, kind: str) -> list[int]:
   return [pid for pid, command in marked(run.marker) if kind in command]
 
 
-# CI time: each test here starts a private Ray instance (~30-60 s on a loaded
-# 2-core machine). The default run keeps SIGTERM mid-run and the SIGKILLed driver
-# (nothing left, resume completes); start-up SIGINTs and a killed actor are
-# `-m long` (tests/chaos/test_early_signals.py keeps signals before the loop
-# starts, and tests/runtime/test_cluster.py a worker that dies mid-round, in
-# every run).
+# CI time: each test here starts a private Ray instance and real `fedsim run`
+# processes (40-90 s on a quiet 2-core machine), so the whole module is `-m long`
+# (the default run stayed over 20 minutes with two of them). Every run keeps the
+# parts they rest on: tests/runtime/test_signals.py and test_early_signals.py
+# the signal handling, tests/runtime/test_cluster.py a worker that dies
+# mid-round, tests/resume/test_kill_resume.py a SIGKILLed driver's resume.
 @pytest.mark.slow
 @pytest.mark.long
 @pytest.mark.parametrize("moment", ["raylet", "ray::ClientWorker"])
@@ -158,6 +158,7 @@ def test_sigint_during_start_up_is_one_line_and_leaves_nothing(runs, moment):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_sigterm_mid_run_exits_143_interrupted_and_leaves_nothing(runs):
   run = runs(RAY)
   run.wait_until(lambda: run.rounds_logged() >= 3, "round 3")
@@ -170,6 +171,7 @@ def test_sigterm_mid_run_exits_143_interrupted_and_leaves_nothing(runs):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_sigkilled_driver_leaves_no_ray_process_and_resumes(runs, uninterrupted):
   run = runs(RAY)
   run.wait_until(lambda: run.rounds_logged() >= 3, "round 3")
