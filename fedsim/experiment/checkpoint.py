@@ -34,7 +34,6 @@ that would need a private event loop inside Jupyter, whereas the leaves as
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import os
 import pathlib
@@ -47,6 +46,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from fedsim.errors import UserError, host_error
+from fedsim.experiment.durable import fsync_file, write_npz, write_synced
 from fedsim.experiment.checkpoint_manifest import COMPLETE, damage, write_manifest
 # Imported from here by the final-model callback and tests.
 from fedsim.experiment.model_export import export_model  # noqa: F401
@@ -163,44 +163,6 @@ def latest_checkpoint(run_dir: str | os.PathLike) -> Checkpoint | None:
   return intact_checkpoints(run_dir)[0]
 
 
-def _fsync_file(path: pathlib.Path) -> None:
-  fd = os.open(path, os.O_RDONLY)
-  try:
-    os.fsync(fd)
-  finally:
-    os.close(fd)
-
-
-def write_npz(path: str | os.PathLike, arrays: Sequence[Any] | Mapping[str, Any],
-              sync: bool = False) -> None:
-  """Writes `arrays` to `path` in np.savez's format (`arr_<i>`, or the mapping's names).
-
-  The archive is built in memory first: np.savez streaming into a file that
-  fills up leaves a half-written ZipFile, whose finalizer later prints a
-  traceback of its own; this way a full disk is just one OSError.
-
-  Raises:
-    OSError: if the file cannot be written.
-  """
-  buffer = io.BytesIO()
-  if isinstance(arrays, Mapping):
-    np.savez(buffer, **arrays)
-  else:
-    np.savez(buffer, *arrays)
-  with open(path, "wb") as f:
-    f.write(buffer.getbuffer())
-    if sync:
-      f.flush()
-      os.fsync(f.fileno())
-
-
-def _write_synced(path: pathlib.Path, text: str) -> None:
-  with open(path, "w", encoding="utf-8") as f:
-    f.write(text)
-    f.flush()
-    os.fsync(f.fileno())
-
-
 def save_checkpoint(run_dir: str | os.PathLike, round_num: int, server_state: Any,
                     simulated_seconds: float, broadcast_history: Sequence[int],
                     aggregate_history: Sequence[int], keep: int,
@@ -239,7 +201,7 @@ def save_checkpoint(run_dir: str | os.PathLike, round_num: int, server_state: An
     tmp.mkdir()
     write_npz(tmp / SERVER_STATE, [np.asarray(x) for x in tf.nest.flatten(server_state)],
               sync=True)
-    _write_synced(tmp / PROGRESS, json.dumps({
+    write_synced(tmp / PROGRESS, json.dumps({
         "round": round_num, "simulated_seconds": simulated_seconds,
         "broadcast_history": [int(b) for b in broadcast_history],
         "aggregate_history": [int(b) for b in aggregate_history],
@@ -250,14 +212,14 @@ def save_checkpoint(run_dir: str | os.PathLike, round_num: int, server_state: An
       write_npz(tmp / name, arrays, sync=True)
     if control_state is not None:
       # repr-exact floats: a resumed controller decides exactly as it would have.
-      _write_synced(tmp / CONTROL, json.dumps(control_state))
+      write_synced(tmp / CONTROL, json.dumps(control_state))
     previous = _complete_dirs(pathlib.Path(run_dir))
     write_manifest(tmp, round_num, previous[-1][1] if previous else None)
-    _fsync_file(tmp)
+    fsync_file(tmp)
     if final.exists():  # Left by an earlier life of this run at the same round.
       shutil.rmtree(final)
     os.rename(tmp, final)
-    _fsync_file(root)
+    fsync_file(root)
   except OSError as e:
     shutil.rmtree(tmp, ignore_errors=True)
     raise host_error(OSError(e.errno, e.strerror or str(e)), final,
@@ -300,18 +262,3 @@ def _prune(root: pathlib.Path, keep: int) -> None:
   complete = _complete_dirs(root.parent)
   for _, path in complete[:max(len(complete) - keep, 0)]:
     shutil.rmtree(path, ignore_errors=True)
-
-
-def state_bytes(server_state: Any) -> int:
-  """Bytes of the arrays of a server state (what server_state.npz holds)."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  return int(sum(np.asarray(x).nbytes for x in tf.nest.flatten(server_state)))
-
-
-def check_free_space(run_dir: pathlib.Path, needed: int) -> None:
-  """Raises UserError naming `run_dir` if its disk has fewer than `needed` bytes free."""
-  free = shutil.disk_usage(run_dir).free
-  if free < needed:
-    raise UserError(f"checkpoint: {run_dir} has {free / 2**20:.1f} MiB free, but this"
-                    f" run's checkpoints and logs need about {needed / 2**20:.1f} MiB"
-                    " (lower checkpoint.keep or free some space)")

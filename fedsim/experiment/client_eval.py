@@ -57,7 +57,7 @@ def make_client_evaluator(model: TaskModel, client_test: Mapping[str, Examples],
   """`(weights, round) -> eval_clients/* metrics` over the clients `choose(round)` names.
 
   Runs as one TFF computation where `as_function` puts it, as the pooled test
-  set's evaluator does (see `simulation.make_evaluator`), in inference mode.
+  set's evaluator does (see `server_eval.make_evaluator`), in inference mode.
   """
   import tensorflow as tf
   import tensorflow_federated as tff

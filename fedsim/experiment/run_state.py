@@ -16,8 +16,8 @@ import numpy as np
 
 from fedsim.backend import quiet
 from fedsim.experiment import async_loop
-from fedsim.experiment.checkpoint import (Checkpoint, check_free_space, restore_client_states,
-                                          state_bytes)
+from fedsim.experiment.checkpoint import Checkpoint, restore_client_states
+from fedsim.experiment.durable import check_free_space, state_bytes
 from fedsim.experiment.client_states import ClientStateStore
 from fedsim.experiment.simulation import Simulation
 from fedsim.sizing import SizeInfo

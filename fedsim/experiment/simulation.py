@@ -16,14 +16,12 @@ from fedsim.experiment.control import (Controlled, RoundControl, Variant, find_c
                                        fixed_chain)
 from fedsim.data import DATASETS
 from fedsim.data.federated import FederatedData, with_holdout
-from fedsim.data.packing import pack
 from fedsim.data.sampling import ClientSampler
 from fedsim.errors import UserError
-# One round's clients, importable from here as they always were.
+# One round's clients and the server's evaluator, importable from here as they always were.
 from fedsim.experiment.round_clients import (RoundClients, client_batches,  # noqa: F401
                                              pack_client, round_input)
-from fedsim.learning import local_training
-from fedsim.metric_names import EVAL_ACCURACY, EVAL_LOSS
+from fedsim.experiment.server_eval import make_evaluator
 from fedsim.models.functional import TaskModel, build_task_model
 from fedsim.runtime.registry import RuntimeContext, Unsupported, runtime_of
 from fedsim.sizing import ClientWireBits
@@ -274,34 +272,3 @@ def _task(config, model, compressed: bool, num_clients: int,
               epochs=config.data.params.epochs, aggregation=aggregation, broadcast=broadcast,
               clients_per_round=config.clients_per_round, seed=config.seed,
               num_clients=num_clients)
-
-
-def make_evaluator(model: TaskModel, data: FederatedData, batch_size: int,
-                   as_function=None):
-  """`weights -> {eval/loss, eval/accuracy}` on the held-out test set (server side).
-
-  A TFF computation (TFF's functional Keras models only trace inside TFF
-  computations or graphs), run where `as_function(computation)` puts it:
-  the runtime's `function` (None: TFF's worker). The model runs in inference
-  mode (`evaluate_predict`: dropout off).
-  """
-  import tensorflow_federated as tff
-  size = min(batch_size, max(len(data.test), 1))
-  test = pack(data.test, size, shuffle=False)
-  batches = {"x": test.x, "y": test.y, "mask": test.mask}
-
-  @tff.tensorflow.computation(model.weights_type, model.client_data_type(size))
-  def stats(model_weights, batches):
-    return local_training.evaluate(model.evaluate_predict, model_weights.trainable, batches,
-                                   model.pad_label)
-
-  if as_function is not None:
-    stats = as_function(stats)
-
-  def evaluate(model_weights) -> dict[str, float]:
-    # Means over targets: examples, or real tokens of sequences (token-weighted).
-    loss_sum, correct, _, targets = stats(model_weights, batches)
-    n = max(float(targets), 1.0)
-    return {EVAL_LOSS: float(loss_sum) / n, EVAL_ACCURACY: float(correct) / n}
-
-  return evaluate

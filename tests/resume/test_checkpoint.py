@@ -12,6 +12,7 @@ import pytest
 
 from fedsim.errors import HostError, UserError
 from fedsim.experiment import checkpoint as ckpt
+from fedsim.experiment import durable
 from fedsim.experiment.client_states import ClientStateStore
 from fedsim.experiment.rewind import rewind_logs, rewrite_event_file
 from tests.resume.events import steps_by_tag
@@ -89,9 +90,9 @@ def test_client_state_snapshot_survives_later_saves(tmp_path):
 
 
 def test_free_space_check_names_the_directory(tmp_path):
-  ckpt.check_free_space(tmp_path, 1)
+  durable.check_free_space(tmp_path, 1)
   with pytest.raises(UserError, match=f"checkpoint: {tmp_path} has .* MiB free"):
-    ckpt.check_free_space(tmp_path, 2**62)
+    durable.check_free_space(tmp_path, 2**62)
 
 
 def test_rewind_keeps_each_round_once(tmp_path):
