@@ -119,9 +119,9 @@ def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_n
     view = server_view(sim, round_num, history, sampled, examples)
     control_state, values = sim.control.decide(control_state, view)
     wires = {cid: sim.control.variant(v).wire for cid, v in values.items()}
-  wire_bits = ((sim.wire.broadcast, sim.wire.aggregate) if wires is None else
-               (wires[sampled[0]].broadcast, {cid: w.aggregate for cid, w in wires.items()})
-               if sampled else (sim.wire.broadcast, sim.wire.aggregate))
+  wire_bits = (sim.wire.broadcast, sim.wire.aggregate)
+  if wires:  # each upload at its client's value; the broadcast is one for all
+    wire_bits = (wires[sampled[0]].broadcast, {cid: w.aggregate for cid, w in wires.items()})
   # A Poisson sample aggregates every client drawn that reports in time.
   cap = len(sampled) if config.sampling == "poisson" else config.clients_per_round
   outcome = simulate_round(
@@ -149,8 +149,9 @@ def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_n
             state, data, states.load(outcome.aggregated))
         state_metrics = states.save(outcome.aggregated, new_states, round_num)  # residual ages
     seconds = time.perf_counter() - begin
-  late = [cid for cid in outcome.uploaded if cid not in set(outcome.aggregated)]
-  if wires is not None and sampled:
+  aggregated = set(outcome.aggregated)
+  late = [cid for cid in outcome.uploaded if cid not in aggregated]
+  if wires:
     # This round's static sizes: its broadcast, and each upload at its client's value.
     sizes.per_client = wires[sampled[0]]
   metrics = round_metrics(round_num, measurements, sim.algorithm.aggregation_plan,
