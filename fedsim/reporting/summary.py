@@ -3,7 +3,7 @@ and the bits it sent each way, in all and per round. Imports no TensorFlow."""
 
 from __future__ import annotations
 
-from fedsim.metric_names import EVAL_ACCURACY
+from fedsim.metric_names import CLIENTS_AGGREGATED, EVAL_ACCURACY
 from fedsim.reporting.units import format_bits
 from fedsim.sizing import varying
 
@@ -19,14 +19,15 @@ def run_summary(result, variant: str | None = None) -> str:
   acc = final.get(EVAL_ACCURACY)
   down = vs_uncompressed(ref_b, wire.broadcast, varying(result.metrics, "distributor"),
                          counter_bits=wire.broadcast_other)
+  up = (controlled_upload(ref_a, result.metrics) if _controlled(result.metrics)
+        else vs_uncompressed(ref_a, wire.aggregate, varying(result.metrics, "aggregation")))
   lines = [
       f"{label}run dir: {result.run_dir}",
       f"{label}rounds: {len(result.metrics)}"
       + (f", final eval/accuracy {acc:.4f}" if acc is not None else ""),
       f"{label}communicated: broadcast {format_bits(sizes.broadcast_bits)}"
       f" ({down}),"
-      f" aggregate {format_bits(sizes.aggregate_bits)}"
-      f" ({vs_uncompressed(ref_a, wire.aggregate, varying(result.metrics, 'aggregation'))})",
+      f" aggregate {format_bits(sizes.aggregate_bits)} ({up})",
   ]
   if sizes.broadcast_history:
     lines.append(f"{label}{per_round(result)}")
@@ -50,6 +51,26 @@ def per_round(result) -> str:
     parts.append(f"{direction} {format_bits(mean)} ({share})")
   rounds = len(sizes.broadcast_history)
   return f"per round: {', '.join(parts)}; mean of {rounds} round{'s' if rounds != 1 else ''}"
+
+
+def _controlled(rows) -> bool:
+  return any(key.startswith("control/") for row in rows[:1] for key in row)
+
+
+def controlled_upload(reference_bits: int, rows) -> str:
+  """A controller sets each client's upload size: the ratio of the mean over
+  every aggregated upload of the run (one client's static size would only
+  describe that client)."""
+  clients = sum(row.get(CLIENTS_AGGREGATED, 0) for row in rows)
+  bits = sum(row["aggregate_bits_per_client_mean"] * row[CLIENTS_AGGREGATED]
+             for row in rows if row.get(CLIENTS_AGGREGATED))
+  if not clients or not bits:
+    return "set per client by a controller"
+  ratio = reference_bits * clients / bits
+  return (f"set per client by a controller: {ratio:.2f}x fewer bits than uncompressed"
+          " on average" if ratio >= 1 else
+          f"set per client by a controller: {1 / ratio:.2f}x more bits than uncompressed"
+          " on average")
 
 
 def vs_uncompressed(reference_bits: int, bits: int, measured: bool = False,
