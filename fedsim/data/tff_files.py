@@ -98,7 +98,10 @@ def federated_data(train: SqliteSplit, test: Examples, decode: Decode, params: T
   """
   if client_ids is None:
     client_ids = choose_clients(train.client_ids, params.num_clients, seed, key=key)
-  clients = LazyClients(client_ids, lambda cid: decode(train.records(cid)),
+  check = functools.partial(checked_labels, num_classes=num_classes, key=key)
+  test = check(test, path=train.path, what="the test set")  # one file holds every split
+  clients = LazyClients(client_ids, lambda cid: check(
+      decode(train.records(cid)), path=train.path, what=f"client '{cid}'"),
                         max_examples_per_client=params.max_examples_per_client, seed=seed,
                         size=train.num_examples if one_example_per_record else None)
   client_test = None
@@ -106,12 +109,31 @@ def federated_data(train: SqliteSplit, test: Examples, decode: Decode, params: T
     tested = set(test_split.client_ids)
     in_test = [cid for cid in client_ids if cid in tested]
     if in_test:
-      client_test = LazyClients(in_test, lambda cid: decode(test_split.records(cid)),
+      client_test = LazyClients(in_test, lambda cid: check(
+          decode(test_split.records(cid)), path=test_split.path,
+          what=f"client '{cid}' (its test split)"),
                                 max_examples_per_client=None, seed=seed,
                                 size=test_split.num_examples if one_example_per_record
                                 else None)
   return FederatedData(clients, test, tuple(test.x.shape[1:]), num_classes,
                        client_test=client_test)
+
+
+def checked_labels(examples: Examples, *, num_classes: int, path, what: str,
+                   key: str = "data") -> Examples:
+  """`examples`, if every label is a class of the model (0..num_classes-1); a
+  label outside would reach TensorFlow's loss as an index error mid-round.
+
+  Raises:
+    UserError: naming the file, the client (or test set) and the label.
+  """
+  y = np.asarray(examples.y)
+  if y.size:
+    low, high = int(y.min()), int(y.max())
+    if low < 0 or high >= num_classes:
+      raise UserError(f"{key}.cache_dir: {path}: {what} has label {low if low < 0 else high},"
+                      f" outside 0..{num_classes - 1}; is it the file TFF publishes?")
+  return examples
 
 
 def federated_from_file(dataset: str, params: TffFileParams, seed: int, *,

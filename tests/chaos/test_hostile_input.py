@@ -173,3 +173,42 @@ def test_too_little_address_space_is_one_line_and_no_run_left(tmp_path, limit_ki
       f"fedsim: error: ulimit -v: this process may map {limit_kib / 2**20:.1f} GiB; TensorFlow"
       " needs at least 3 GiB (raise the limit with ulimit -v)"]
   assert not (tmp_path / "logs").exists()  # no run directory left 'running'
+
+
+def test_a_tff_file_with_a_label_out_of_range_fails_the_run_in_one_line(
+    tff_runtime, tmp_path, capsys):
+  """Clients load lazily, so the label is found mid-run: one line naming the file and
+  the client, status `failed` (it was a TensorFlow traceback from the loss)."""
+  from fedsim.reporting import read_status
+  from tests.datasets import tff_sqlite
+  rows = tff_sqlite.emnist_rows()
+  rows[0] = (rows[0][0], rows[0][1], tff_sqlite.example(
+      {"pixels": np.zeros((28, 28), np.float32), "label": 10}))  # client f0000_00, train
+  path = tff_sqlite.write(tmp_path / "emnist_all.sqlite", rows)
+  config = tmp_path / "c.yaml"
+  config.write_text(yaml.safe_dump(dict(
+      BASE, clients_per_round=3,
+      data={"name": "emnist", "cache_dir": str(tmp_path), "batch_size": 4})))
+  code = cli.main(["run", str(config), "--logdir", str(tmp_path / "runs")])
+  message = (f"data.cache_dir: {path}: client 'f0000_00' has label 10, outside 0..9;"
+             " is it the file TFF publishes?")
+  assert (code, capsys.readouterr().err.splitlines()) == (2, [f"fedsim: error: {message}"])
+  (run_dir,) = (tmp_path / "runs" / "chaos").iterdir()
+  assert read_status(run_dir) == ("failed", message)
+
+
+def test_one_client_with_a_batch_larger_than_its_data_runs_normally(tff_runtime, tmp_path):
+  """The whole client is one batch: each round trains on all its examples once."""
+  import fedsim
+  from fedsim.config.typed import parse as parse_params
+  from fedsim.data import DATASETS
+  data = {"name": "digits", "num_clients": 1, "batch_size": 100_000}
+  result = fedsim.run(dict(BASE, clients_per_round=1, data=data), logdir=tmp_path / "runs",
+                      progress=False)
+  entry = DATASETS.get("digits")
+  built = entry.build(parse_params(entry.params, {k: v for k, v in data.items() if k != "name"},
+                                   "data"), BASE.get("seed", 0))
+  (examples,) = [len(built.clients[c].y) for c in built.client_ids]
+  assert examples > 1000  # the one client holds the training split
+  assert [m["train/num_examples"] for m in result.metrics] == [float(examples)] * 2
+  assert [m["clients/aggregated"] for m in result.metrics] == [1, 1]

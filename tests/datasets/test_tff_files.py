@@ -102,3 +102,37 @@ def test_choose_clients_is_a_seeded_sorted_subset():
   assert tff_files.choose_clients(ids, None, seed=3) == tuple(ids)
   with pytest.raises(UserError, match="data.num_clients: 11 is more than the 10 clients"):
     tff_files.choose_clients(ids, 11, seed=0)
+
+
+def _emnist_with_label(tmp_path, split, client, label):
+  """A tiny digits-only EMNIST file whose `client`'s first example in `split` has `label`."""
+  rows = tff_sqlite.emnist_rows()
+  for i, (name, cid, _) in enumerate(rows):
+    if name == f"digits_only_{split}" and cid == client:
+      rows[i] = (name, cid, tff_sqlite.example({"pixels": np.zeros((28, 28), np.float32),
+                                                "label": label}))
+      break
+  return tff_sqlite.write(tmp_path / "emnist_all.sqlite", rows)
+
+
+@pytest.mark.parametrize("label", [10, -1])
+def test_a_client_label_outside_the_classes_names_file_and_client(tmp_path, label):
+  from fedsim.data import DATASETS
+  from fedsim.config.typed import parse as parse_params
+  path = _emnist_with_label(tmp_path, "train", "f0001_00", label)
+  entry = DATASETS.get("emnist")
+  data = entry.build(parse_params(entry.params, {"cache_dir": str(tmp_path)}, "data"), 0)
+  assert len(data.clients["f0000_00"].y) == 5   # clients load lazily: the others still do
+  with pytest.raises(UserError) as raised:
+    data.clients["f0001_00"]
+  assert str(raised.value) == (f"data.cache_dir: {path}: client 'f0001_00' has label {label},"
+                               " outside 0..9; is it the file TFF publishes?")
+
+
+def test_a_test_set_label_outside_the_classes_fails_the_build(tmp_path):
+  from fedsim.data import DATASETS
+  from fedsim.config.typed import parse as parse_params
+  path = _emnist_with_label(tmp_path, "test", "f0002_00", 61)
+  entry = DATASETS.get("emnist")
+  with pytest.raises(UserError, match=rf"^data.cache_dir: {path}: the test set has label 61,"):
+    entry.build(parse_params(entry.params, {"cache_dir": str(tmp_path)}, "data"), 0)
