@@ -184,7 +184,9 @@ class SizeInfo:
     out.update({
         "broadcast_model_bits_per_client": per.broadcast_model,
         "broadcast_other_bits_per_client": per.broadcast_other,
-        "aggregate_model_bits_per_client": per.aggregate_model,
+        # The client weight and metrics do not vary with an encoder's value, so
+        # with per-client values the model's part is the mean less them.
+        "aggregate_model_bits_per_client": per_aggregate - per.aggregate_other,
         "aggregate_other_bits_per_client": per.aggregate_other,
     })
     return out

@@ -170,9 +170,10 @@ def test_per_client_values_are_sized_timed_and_summed_as_fedavg(tmp_path):
   config = _config({"controller": "test_alternate", "low": 2, "high": 8, "initial": 2},
                    rounds=2, system=system)
   mixed = fedsim.run(config, logdir=tmp_path / "mixed", progress=False)
-  sizes = {b: fedsim.run(_config(b, rounds=1, system=system), logdir=tmp_path / f"b{b}",
-                         progress=False).metrics[0]["aggregate_bits_per_client"]
-           for b in (2, 8)}
+  fixed = {b: fedsim.run(_config(b, rounds=1, system=system), logdir=tmp_path / f"b{b}",
+                         progress=False).metrics[0] for b in (2, 8)}
+  sizes = {b: row["aggregate_bits_per_client"] for b, row in fixed.items()}
+  model = {b: row["aggregate_model_bits_per_client"] for b, row in fixed.items()}
   # The logistic kernel (640 elements) is the one encoded tensor: its symbols
   # packed 28 bits to an int32 word; everything else is sent alike at any bits.
   assert sizes[8] - sizes[2] == (math.ceil(640 * 8 / 28) - math.ceil(640 * 2 / 28)) * 32
@@ -183,6 +184,9 @@ def test_per_client_values_are_sized_timed_and_summed_as_fedavg(tmp_path):
     assert values == [2 if i % 2 == 0 else 8 for i in range(len(ids))]
     assert bits == [sizes[v] for v in values]
     assert metrics["aggregate_bits"] == sum(bits)
+    # The model's part of the mean upload: the mean of each client's own.
+    assert metrics["aggregate_model_bits_per_client"] == pytest.approx(
+        sum(model[v] for v in values) / len(values), rel=1e-12)
     # Each client: download, compute, upload at its own bits; the round waits for the last.
     download = metrics["broadcast_bits_per_client"]
     examples = _examples(config, mixed.run_dir, row["round"], ids)
