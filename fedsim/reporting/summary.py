@@ -40,11 +40,15 @@ def per_round(result) -> str:
   and of those the model's: the share of the model in a client's compiled
   size, exact unless the size varies with the values."""
   sizes, wire = result.size_info, result.size_info.per_client
+  up_total, up_model = wire.aggregate, wire.aggregate_model
+  if _controlled(result.metrics):  # each client's own: the run's aggregated uploads
+    rows = [r for r in result.metrics if r.get(CLIENTS_AGGREGATED)]
+    up_total = sum(r["aggregate_bits_per_client"] * r[CLIENTS_AGGREGATED] for r in rows)
+    up_model = sum(r["aggregate_model_bits_per_client"] * r[CLIENTS_AGGREGATED] for r in rows)
   parts = []
   for direction, history, total, model, prefix in (
       ("broadcast", sizes.broadcast_history, wire.broadcast, wire.broadcast_model, "distributor"),
-      ("aggregate", sizes.aggregate_history, wire.aggregate, wire.aggregate_model,
-       "aggregation")):
+      ("aggregate", sizes.aggregate_history, up_total, up_model, "aggregation")):
     mean = sum(history) / len(history)
     share = ("model varies with the values" if varying(result.metrics, prefix)
              else f"model {format_bits(mean * model / total) if total else '0 bit'}")

@@ -21,3 +21,19 @@ def test_rounds_that_aggregated_nobody_do_not_count():
   assert controlled_upload(32_000, rows) == (
       "set per client by a controller: 2.00x more bits than uncompressed on average")
   assert controlled_upload(32_000, [_row(0, 0)]) == "set per client by a controller"
+
+
+def test_a_controlled_runs_model_share_per_round_is_its_clients_own():
+  """Two rounds of 2 clients: model bits 1,000 and 9,000 of uploads of 1,100 and 9,100
+  (100 bits of weight and metrics each): per round 10,200 bits, of which the model
+  10,000; the last client's variant alone would say 10,200 x 1,000 / 1,100."""
+  import types
+  from fedsim.reporting.summary import per_round
+  from fedsim.sizing import ClientWireBits, SizeInfo
+  rows = [{**_row(2, 5100), "aggregate_bits_per_client": 5100,
+           "aggregate_model_bits_per_client": 5000, "distributor/x": 0}] * 2
+  sizes = SizeInfo(per_client=ClientWireBits(broadcast=64, broadcast_model=64,
+                                             aggregate=1100, aggregate_model=1000))
+  sizes.broadcast_history, sizes.aggregate_history = [128, 128], [10_200, 10_200]
+  result = types.SimpleNamespace(size_info=sizes, metrics=rows)
+  assert per_round(result).endswith("aggregate 9.96 Kibit (model 9.77 Kibit); mean of 2 rounds")
