@@ -149,8 +149,6 @@ def _overrides(args) -> list[str]:
 def _run(args) -> int:
   from fedsim import api
   from fedsim.reporting.summary import run_summary
-  from fedsim.runtime import signals
-  signals.install_exit_handlers()
   config, resume, overrides = args.config, args.resume, _overrides(args)
   if config is None:
     config, resume = _run_to_resume(args)

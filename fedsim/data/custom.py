@@ -32,7 +32,7 @@ import numpy as np
 from fedsim.config.typed import bounded
 from fedsim.data import DATASETS
 from fedsim.data.federated import (ClientBatching, Examples, FederatedData, Partitioning,
-                                   federate)
+                                   federate, label_outside)
 from fedsim.data.partition import partition
 from fedsim.errors import UserError
 from fedsim.registry import resolve
@@ -93,9 +93,9 @@ def _check_examples(parts: list[Examples], names: list[str], test: Examples,
     shape = x.shape[1:]
     if x.dtype.kind == "f" and not np.isfinite(x).all():
       raise UserError(f"{where}: {name} has NaN or infinite features")
-    low, high = int(y.min()), int(y.max())
-    if low < 0 or (num_classes is not None and high >= num_classes):
-      raise UserError(f"{where}: {name} has label {low if low < 0 else high}, outside"
+    high = int(y.max())
+    if (bad := label_outside(y, num_classes)) is not None:
+      raise UserError(f"{where}: {name} has label {bad}, outside"
                       f" 0..{(num_classes or high + 1) - 1}")
     largest = max(largest, high)
   return num_classes or largest + 1

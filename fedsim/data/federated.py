@@ -56,6 +56,17 @@ class Examples:
     return self if kept is None else self.take(kept)
 
 
+def label_outside(y: np.ndarray, num_classes: int | None) -> int | None:
+  """A label of `y` that is no class 0..num_classes-1 (the lowest if negative,
+  else the highest), or None; num_classes None: only negatives are outside."""
+  if not np.size(y):
+    return None
+  low, high = int(np.min(y)), int(np.max(y))
+  if low < 0:
+    return low
+  return high if num_classes is not None and high >= num_classes else None
+
+
 def cap_indices(n: int, max_examples: int | None, rng: np.random.Generator) -> np.ndarray | None:
   """Which of n examples `Examples.capped` keeps (sorted), or None when it keeps all."""
   if max_examples is None or n <= max_examples:

@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from fedsim.config.typed import bounded
-from fedsim.data.federated import ClientBatching, Examples, FederatedData
+from fedsim.data.federated import ClientBatching, Examples, FederatedData, label_outside
 from fedsim.data.lazy_clients import LazyClients
 from fedsim.data.tff_sqlite import DEFAULT_CACHE_DIR, SqliteSplit, open_split
 from fedsim.errors import UserError
@@ -127,12 +127,9 @@ def checked_labels(examples: Examples, *, num_classes: int, path, what: str,
   Raises:
     UserError: naming the file, the client (or test set) and the label.
   """
-  y = np.asarray(examples.y)
-  if y.size:
-    low, high = int(y.min()), int(y.max())
-    if low < 0 or high >= num_classes:
-      raise UserError(f"{key}.cache_dir: {path}: {what} has label {low if low < 0 else high},"
-                      f" outside 0..{num_classes - 1}; is it the file TFF publishes?")
+  if (bad := label_outside(examples.y, num_classes)) is not None:
+    raise UserError(f"{key}.cache_dir: {path}: {what} has label {bad}, outside"
+                    f" 0..{num_classes - 1}; is it the file TFF publishes?")
   return examples
 
 

@@ -42,9 +42,8 @@ def per_round(result) -> str:
   sizes, wire = result.size_info, result.size_info.per_client
   up_total, up_model = wire.aggregate, wire.aggregate_model
   if _controlled(result.metrics):  # each client's own: the run's aggregated uploads
-    rows = [r for r in result.metrics if r.get(CLIENTS_AGGREGATED)]
-    up_total = sum(r["aggregate_bits_per_client"] * r[CLIENTS_AGGREGATED] for r in rows)
-    up_model = sum(r["aggregate_model_bits_per_client"] * r[CLIENTS_AGGREGATED] for r in rows)
+    up_total = _over_uploads(result.metrics, "aggregate_bits_per_client")
+    up_model = _over_uploads(result.metrics, "aggregate_model_bits_per_client")
   parts = []
   for direction, history, total, model, prefix in (
       ("broadcast", sizes.broadcast_history, wire.broadcast, wire.broadcast_model, "distributor"),
@@ -61,20 +60,21 @@ def _controlled(rows) -> bool:
   return any(key.startswith("control/") for row in rows[:1] for key in row)
 
 
+def _over_uploads(rows, key: str) -> float:
+  """A per-client metric summed over every aggregated upload of the run."""
+  return sum(row[key] * row[CLIENTS_AGGREGATED] for row in rows if row.get(CLIENTS_AGGREGATED))
+
+
 def controlled_upload(reference_bits: int, rows) -> str:
   """A controller sets each client's upload size: the ratio of the mean over
   every aggregated upload of the run (one client's static size would only
   describe that client)."""
   clients = sum(row.get(CLIENTS_AGGREGATED, 0) for row in rows)
-  bits = sum(row["aggregate_bits_per_client_mean"] * row[CLIENTS_AGGREGATED]
-             for row in rows if row.get(CLIENTS_AGGREGATED))
+  bits = _over_uploads(rows, "aggregate_bits_per_client_mean")
   if not clients or not bits:
     return "set per client by a controller"
-  ratio = reference_bits * clients / bits
-  return (f"set per client by a controller: {ratio:.2f}x fewer bits than uncompressed"
-          " on average" if ratio >= 1 else
-          f"set per client by a controller: {1 / ratio:.2f}x more bits than uncompressed"
-          " on average")
+  mean = round(bits / clients)
+  return f"set per client by a controller: {vs_uncompressed(reference_bits, mean)} on average"
 
 
 def vs_uncompressed(reference_bits: int, bits: int, measured: bool = False,
