@@ -11,13 +11,18 @@ internals plus an event-loop adapter around what is one `tf.summary.scalar`.
 
 from __future__ import annotations
 
+import array
 import csv
 import errno
 import io
+import itertools
 import numbers
 import os
 import pathlib
+import socket
+import time
 from typing import Any, Iterable, Mapping, Protocol
+
 
 from fedsim.errors import UserError
 from fedsim.metric_names import ROUND
@@ -216,42 +221,93 @@ def read_metrics_csv(path: str | os.PathLike) -> list[dict[str, float]]:
 
 
 class TensorBoardSink:
-  """TensorBoard scalars under the exact metric names, step = round."""
+  """TensorBoard scalars under the exact metric names, step = round.
+
+  The events are those `tf.summary.scalar` writes (one per metric: a float32
+  scalar tensor with the scalars plugin's metadata), written as records of a
+  new `events.out.tfevents.*` file by TensorFlow's record writer, without
+  running TensorFlow ops: a summary op costs ~0.3 ms of eager dispatch, ~8 ms
+  a round for W2's ~30 metrics, a third of its loop around the compiled
+  round; this costs ~0.2 ms.
+  """
 
   def __init__(self, log_dir: str | os.PathLike):
-    """Opens a summary writer in `log_dir` (imports TensorFlow, ~10 s once)."""
+    """Opens a new event file in `log_dir` (imports TensorFlow, ~10 s once).
+
+    Raises:
+      OSError: naming the file, if it cannot be created.
+    """
     self._tf = load_tensorflow()
-    self._log_dir = os.fspath(log_dir)
-    self._writer = self._tf.summary.create_file_writer(self._log_dir)
+    from tensorboard.compat.proto import event_pb2  # pylint: disable=g-import-not-at-top
+    log_dir = pathlib.Path(log_dir)
+    # As TF's summary writer names its files; the counter keeps two sinks
+    # opened by one process in one second apart.
+    self._path = log_dir / (f"events.out.tfevents.{int(time.time()):010d}."
+                            f"{socket.gethostname()}.{os.getpid()}.{next(_EVENT_FILES)}.v2")
+    self._events: dict[str, Any] = {}  # by tag: the event rewritten at each write
+    try:
+      log_dir.mkdir(parents=True, exist_ok=True)
+      self._writer = self._tf.io.TFRecordWriter(os.fspath(self._path))
+      self._writer.write(event_pb2.Event(wall_time=time.time(),
+                                         file_version=_EVENT_FILE_VERSION).SerializeToString())
+      self._writer.flush()
+    except self._tf.errors.OpError as e:
+      raise os_error_from_tf(e, self._path) from None
+
+  @property
+  def path(self) -> pathlib.Path:
+    """The event file this sink writes."""
+    return self._path
 
   def write(self, round_num: int, metrics: Mapping[str, float]) -> None:
-    """Writes one scalar per metric at step `round_num` and flushes.
+    """Writes one scalar event per metric at step `round_num` and flushes
+    (the file's readers, e.g. a live TensorBoard, see every round).
 
     Raises:
       OSError: naming the events file, if the events cannot be written.
     """
+    names = [name for name in metrics if name != ROUND]  # the round is the step
+    # float32 in native byte order, as tf.summary.scalar stores it (a value
+    # too large for float32 becomes inf).
+    values = array.array("f", [float(metrics[name]) for name in names]).tobytes()
+    now, step = time.time(), int(round_num)
     try:
-      with self._writer.as_default(step=int(round_num)):
-        for name, value in metrics.items():
-          if name != ROUND:  # It is the step already.
-            self._tf.summary.scalar(name, float(value))
+      for i, name in enumerate(names):
+        event = self._events.get(name)
+        if event is None:
+          event = self._events[name] = _scalar_event(name)
+        event.wall_time, event.step = now, step
+        event.summary.value[0].tensor.tensor_content = values[4 * i:4 * i + 4]
+        self._writer.write(event.SerializeToString())
       self._writer.flush()
     except self._tf.errors.OpError as e:
-      raise os_error_from_tf(e, self._events_file()) from None
-
-  def _events_file(self) -> str:
-    """The file this writer appends to (TF does not say): the newest events
-    file in the log directory, or the directory before one exists."""
-    found = sorted(pathlib.Path(self._log_dir).glob("events.out.tfevents.*"),
-                   key=lambda p: p.stat().st_mtime)
-    return os.fspath(found[-1]) if found else self._log_dir
+      raise os_error_from_tf(e, self._path) from None
 
   def close(self) -> None:
-    """Flushes and closes the writer. Raises OSError as `write`."""
+    """Flushes and closes the file. Raises OSError as `write`."""
     try:
       self._writer.close()
     except self._tf.errors.OpError as e:
-      raise os_error_from_tf(e, self._events_file()) from None
+      raise os_error_from_tf(e, self._path) from None
+
+
+_EVENT_FILES = itertools.count()
+_EVENT_FILE_VERSION = "brain.Event:2"
+
+
+def _scalar_event(tag: str) -> Any:
+  """An event of `tag` as `tf.summary.scalar` logs it; wall time, step and the
+  value (a float32's 4 bytes) are set per write."""
+  # pylint: disable=g-import-not-at-top
+  from tensorboard.compat.proto import (event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2,
+                                        types_pb2)
+  from tensorboard.plugins.scalar import metadata as scalar_metadata
+  return event_pb2.Event(summary=summary_pb2.Summary(value=[summary_pb2.Summary.Value(
+      tag=tag,
+      metadata=summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(
+          plugin_name=scalar_metadata.PLUGIN_NAME)),
+      tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT,
+                                    tensor_shape=tensor_shape_pb2.TensorShapeProto()))]))
 
 
 class CompositeSink:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.plugins.hparams import metadata as hparams_metadata
@@ -38,6 +39,58 @@ def test_scalars_use_metric_names_and_round_steps(tmp_path):
       "clients/sampled": [(1, 10.0), (2, 10.0)],
       "eval/accuracy": [(2, 0.75)],
   }
+
+
+def _events(log_dir):
+  """Every event of every file in `log_dir`, in file then record order."""
+  tf = load_tensorflow()
+  return [tf.compat.v1.Event.FromString(record.numpy())
+          for path in sorted(log_dir.glob("events.out.tfevents.*"))
+          for record in tf.data.TFRecordDataset(str(path))]
+
+
+def test_events_are_those_tf_summary_scalar_writes(tmp_path):
+  rounds = [{"round": 1, "train/loss": 2.5, "clients/sampled": 10, "bits": 2**40 + 1},
+            {"round": 2, "train/loss": float("nan"), "eval/accuracy": 0.1, "big": 3.4e38}]
+  sink = TensorBoardSink(tmp_path / "fedsim")
+  for metrics in rounds:
+    sink.write(metrics["round"], metrics)
+  sink.close()
+  tf = load_tensorflow()
+  writer = tf.summary.create_file_writer(str(tmp_path / "tf"))
+  for metrics in rounds:
+    with writer.as_default(step=metrics["round"]):
+      for name, value in metrics.items():
+        if name != "round":
+          tf.summary.scalar(name, float(value))
+  writer.close()
+  got, want = _events(tmp_path / "fedsim"), _events(tmp_path / "tf")
+  assert got[0].file_version == want[0].file_version == "brain.Event:2"
+  assert len(got) == len(want) == 7
+  for g, w in zip(got[1:], want[1:]):
+    g.ClearField("wall_time")
+    w.ClearField("wall_time")
+    assert g == w
+  # Past float32's range tf.summary.scalar raises ValueError; the sink logs +-inf.
+  sink = TensorBoardSink(tmp_path / "huge")
+  sink.write(1, {"huge": 1e300, "tiny": -1e300})
+  sink.close()
+  assert _scalars(_load(tmp_path / "huge")) == {"huge": [(1, np.inf)], "tiny": [(1, -np.inf)]}
+
+
+def test_two_sinks_of_one_second_write_two_files(tmp_path):
+  for loss in (1.0, 2.0):
+    sink = TensorBoardSink(tmp_path)
+    sink.write(1, {"train/loss": loss})
+    sink.close()
+  assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 2
+  assert _scalars(_load(tmp_path))["train/loss"] == [(1, 1.0), (1, 2.0)]
+
+
+def test_an_event_file_that_cannot_be_created_is_an_os_error_naming_it(tmp_path):
+  (tmp_path / "file").write_text("not a directory")
+  with pytest.raises(OSError, match=str(tmp_path / "file")):
+    TensorBoardSink(tmp_path / "file" / "run")
 
 
 def test_composite_of_csv_and_tensorboard(tmp_path):
