@@ -67,7 +67,8 @@ class LazyClients(Mapping[str, Examples]):
     """`len(self[client_id])`, without loading it when sizes are known."""
     if self._size is None:
       return len(self[client_id])
-    self._cap_rng(client_id)  # an unknown id raises KeyError
+    if client_id not in self._index:  # as a dict would; without building its cap's RNG
+      raise KeyError(client_id)
     n = self._size(client_id)
     return n if self._cap is None else min(n, self._cap)
 
