@@ -21,6 +21,7 @@ from typing import Any, Iterable, Mapping, Protocol
 
 from fedsim.errors import UserError
 from fedsim.metric_names import ROUND
+from fedsim.reporting.board_tags import board_tag
 from fedsim.reporting.rundir import write_text_atomic
 
 
@@ -216,7 +217,9 @@ def read_metrics_csv(path: str | os.PathLike) -> list[dict[str, float]]:
 
 
 class TensorBoardSink:
-  """TensorBoard scalars under the exact metric names, step = round."""
+  """TensorBoard scalars, step = round, each under its metric's
+  `board_tags.board_tag` (`eval/accuracy` stays, `aggregate_bits` is
+  `sent/aggregate_bits`)."""
 
   def __init__(self, log_dir: str | os.PathLike):
     """Opens a summary writer in `log_dir` (imports TensorFlow, ~10 s once)."""
@@ -234,7 +237,7 @@ class TensorBoardSink:
       with self._writer.as_default(step=int(round_num)):
         for name, value in metrics.items():
           if name != ROUND:  # It is the step already.
-            self._tf.summary.scalar(name, float(value))
+            self._tf.summary.scalar(board_tag(name), float(value))
       self._writer.flush()
     except self._tf.errors.OpError as e:
       raise os_error_from_tf(e, self._events_file()) from None
