@@ -3,8 +3,10 @@
 `reference/registries.md` lists every registry entry with its typed parameters,
 from `fedsim.catalog` (what `fedsim list` prints), and `reference/config.md`
 every experiment config key, from the dataclasses of
-`fedsim.experiment.config.schema`. Generated on each build, they cannot drift
-from the code. Imports no TensorFlow (registering modules keep it in builders).
+`fedsim.experiment.config.schema`. A page that lists a registry's names writes
+`<!-- registry: NAME -->` where they go (`on_page_markdown` fills them in).
+Generated on each build, they cannot drift from the code. Imports no
+TensorFlow (registering modules keep it in builders).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import re
 import textwrap
 import types
 import typing
@@ -44,6 +47,24 @@ def on_files(files, config):
   for path, text in ((REGISTRIES_PAGE, registries_page()), (CONFIG_PAGE, config_page())):
     files.append(File.generated(config, path, content=text))
   return files
+
+
+_REGISTRY_MARK = re.compile(r"<!-- registry: (\w+) -->")
+
+
+def on_page_markdown(markdown, page, config, files):
+  """Writes, after each `<!-- registry: NAME -->`, ': ' and that registry's
+  entry names; an unknown NAME fails the build."""
+  from fedsim.catalog import registries
+  names = {registry.name: [entry.name for entry in registry.entries()]
+           for registry in registries()}
+
+  def listed(match):
+    if match.group(1) not in names:
+      raise ValueError(f"{page.file.src_path}: no registry '{match.group(1)}'")
+    return ": " + ", ".join(f"`{name}`" for name in names[match.group(1)])
+
+  return _REGISTRY_MARK.sub(listed, markdown)
 
 
 def registries_page() -> str:

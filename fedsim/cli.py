@@ -93,7 +93,8 @@ def _parser() -> argparse.ArgumentParser:
                                        " into the experiment directory.")
   compare.add_argument("--target", type=float, default=None, metavar="ACCURACY",
                        help="also show where each run first reached this eval accuracy:"
-                            " its round, cumulative bits both ways and simulated hours")
+                            " its round, cumulative bits both ways and simulated hours;"
+                            " TensorBoard's HParams tab then ranks 'to target' by it too")
   compare.add_argument("--budget", default=None, metavar="BITS",
                        help="also show each run's best eval accuracy among evaluations made"
                             " with at most this many bits sent both ways (e.g. 64Mibit, 5e6)")
@@ -229,6 +230,12 @@ def _compare(args) -> int:
     print(compare.format_seed_comparison(by_seed, width))
   print(f"plot: {compare.plot_accuracy_vs_rounds(args.experiment_dir)}")
   print(f"plot: {compare.plot_accuracy_vs_bits(args.experiment_dir)}")
+  if args.target is not None:
+    from fedsim.reporting import board
+    # TensorBoard's HParams 'to target' metrics then rank by the same target.
+    where = board.refresh(args.experiment_dir, target=args.target)
+    print(f"tensorboard: HParams 'to target' at eval accuracy {args.target}"
+          + (f" ({where})" if where else ", once a run has completed"))
   return 0
 
 

@@ -8,6 +8,11 @@ it maps to `bits` or qsgd's `levels`): as the training loss F falls, the
 levels grow. F(w_0) is the training loss of the first metrics row (round 1's
 clients trained from w_0), F(w_k) that of the newest; rounds without a finite
 "train/loss" are passed over. Round 1 (no row yet) uses the initial value.
+One value per round, the same for every client.
+
+s moves in whole levels (`levels.from_levels` rounds it half up), so a small
+s_0 moves late: from 1 bit (s_0 = 1) the second bit needs s = 2, a loss at
+4/9 of F(w_0) or lower; until then every upload keeps 1 bit.
 """
 
 from __future__ import annotations
@@ -40,6 +45,6 @@ class AdaQuantFL:
 
 @register_controller("adaquantfl", params=NoParams)
 def build_adaquantfl(params: NoParams) -> AdaQuantFL:
-  """AdaQuantFL (Jhunjhunwala et al. 2021): levels s = sqrt(F(w_0) / F(w_k)) s_0 grow as the training loss falls."""
+  """AdaQuantFL (Jhunjhunwala et al. 2021): one level count per round, s = sqrt(F(w_0) / F(w_k)) s_0, grows as the training loss falls."""
   del params
   return AdaQuantFL()

@@ -2,15 +2,21 @@
 <logdir>/<name>`): one run per run directory, plus one run, `comparison/`,
 holding what belongs to the experiment rather than to a run:
 
-* the custom-scalars layout (Custom Scalars tab): accuracy by round, by
-  cumulative bits and by simulated time first, each chart with every run;
+* the custom-scalars layout (Custom Scalars tab, `layout_proto`): accuracy by
+  round, by cumulative bits and by simulated time first, each chart with
+  every run. Every chart is a margin chart with no margin: TensorBoard
+  smooths line charts (weight 0.6 by default, which bends a curve of a few
+  evaluations toward its first points) and draws margin charts as logged.
+  The chart by simulated time is left out when it would only rescale the
+  chart by round (`clock_informative`);
 * the HParams config (columns and ranking metrics, see `hparams`);
 * `fedsim compare`'s accuracy-versus-bits figure (log bits axis) as an image
   (Images tab).
 
 `refresh` rewrites all of it, and every completed run's HParams session,
-whenever a run completes: the comparison run's event file is replaced, so
-TensorBoard shows the newest figure and layout only.
+whenever a run completes and when `fedsim compare --target` gives a target:
+the comparison run's event file is replaced, so TensorBoard shows the newest
+figure and layout only.
 """
 
 from __future__ import annotations
@@ -22,61 +28,111 @@ import numpy as np
 from fedsim.errors import UserError
 from fedsim.metric_names import (CUMULATIVE_AGGREGATE_BITS, CUMULATIVE_BROADCAST_BITS,
                                  EVAL_ACCURACY, EVAL_ACCURACY_BY_BITS,
-                                 EVAL_ACCURACY_BY_SIMULATED_MS, EVAL_LOSS, TRAIN_LOSS)
+                                 EVAL_ACCURACY_BY_SIMULATED_MS, EVAL_LOSS,
+                                 ROUND_SIMULATED_SECONDS, TRAIN_LOSS)
 from fedsim.reporting import hparams
+from fedsim.reporting.board_tags import board_tag
 from fedsim.reporting.compare_plot import draw_accuracy
 from fedsim.reporting.run_records import load_runs
+from fedsim.reporting.rundir import write_text_atomic
 
 COMPARISON_RUN = "comparison"
 BOARD_SUFFIX = ".fedsim-board"
 FIGURE_TAG = "comparison/accuracy_vs_bits"
+# In the comparison run: the eval accuracy `fedsim compare --target` last gave.
+TARGET_FILE = "hparams_target.txt"
 # Where fedsim versions before the comparison run wrote the HParams config
 # (TensorBoard showed it as a run named '.').
 _OLD_CONFIG_SUFFIX = ".fedsim-hparams"
+BY_SIMULATED_TIME = "eval accuracy by simulated milliseconds"
 
-# (category, [(chart title, tag regex)]): each chart draws its tags of every run.
+# (category, [(chart title, [tag of each line])]): each chart draws its tags of every run.
 LAYOUT = (
     ("accuracy, every run", [
-        ("eval accuracy by round", f"^{EVAL_ACCURACY}$"),
-        ("eval accuracy by cumulative bits sent (broadcast + aggregate)",
-         f"^{EVAL_ACCURACY_BY_BITS}$"),
-        ("eval accuracy by simulated milliseconds", f"^{EVAL_ACCURACY_BY_SIMULATED_MS}$"),
+        ("eval accuracy by round", [EVAL_ACCURACY]),
+        ("eval accuracy by cumulative bits sent (broadcast + aggregate)", [EVAL_ACCURACY_BY_BITS]),
+        (BY_SIMULATED_TIME, [EVAL_ACCURACY_BY_SIMULATED_MS]),
     ]),
     ("loss and bits by round, every run", [
-        ("train loss", f"^{TRAIN_LOSS}$"),
-        ("eval loss", f"^{EVAL_LOSS}$"),
+        ("train loss", [TRAIN_LOSS]),
+        ("eval loss", [EVAL_LOSS]),
         ("cumulative bits, broadcast and aggregate",
-         f"^({CUMULATIVE_BROADCAST_BITS}|{CUMULATIVE_AGGREGATE_BITS})$"),
+         [board_tag(CUMULATIVE_BROADCAST_BITS), board_tag(CUMULATIVE_AGGREGATE_BITS)]),
     ]),
 )
 
 
-def layout_proto():
-  """The custom-scalars Layout of `LAYOUT`."""
+def layout_proto(with_clock: bool = True):
+  """The custom-scalars Layout of `LAYOUT`, without the chart by simulated
+  time unless `with_clock`; each chart a margin chart (no smoothing) whose
+  bounds are the value itself."""
   from tensorboard.plugins.custom_scalar import layout_pb2  # pylint: disable=g-import-not-at-top
+  series = layout_pb2.MarginChartContent.Series
   return layout_pb2.Layout(category=[
       layout_pb2.Category(title=title, chart=[
-          layout_pb2.Chart(title=chart, multiline=layout_pb2.MultilineChartContent(tag=[tag]))
-          for chart, tag in charts])
+          layout_pb2.Chart(title=chart, margin=layout_pb2.MarginChartContent(
+              series=[series(value=tag, lower=tag, upper=tag) for tag in tags]))
+          for chart, tags in charts if with_clock or chart != BY_SIMULATED_TIME])
       for title, charts in LAYOUT])
 
 
-def refresh(experiment_dir: str | pathlib.Path) -> pathlib.Path | None:
+def clock_informative(runs) -> bool:
+  """False if every round of every one of `runs` (`run_records.Run`) took the
+  same simulated seconds: accuracy by simulated time is then accuracy by
+  round with its x axis scaled (a run without links, client speeds or
+  deadlines whose clients all hold as many examples)."""
+  durations = {round(row[ROUND_SIMULATED_SECONDS], 9) for run in runs for row in run.metrics
+               if ROUND_SIMULATED_SECONDS in row}
+  return len(durations) > 1
+
+
+def stored_target(experiment_dir: str | pathlib.Path) -> float | None:
+  """The eval accuracy `fedsim compare --target` last gave for `experiment_dir`;
+  None if none.
+
+  Raises:
+    UserError: naming the file, if it holds no number.
+  """
+  path = pathlib.Path(experiment_dir) / COMPARISON_RUN / TARGET_FILE
+  try:
+    text = path.read_text(encoding="utf-8")
+  except FileNotFoundError:
+    return None
+  try:
+    return float(text)
+  except ValueError:
+    raise UserError(f"{path}: not an eval accuracy: {text.strip()[:40]!r}"
+                    " (delete it, or give `fedsim compare --target`)") from None
+
+
+def refresh(experiment_dir: str | pathlib.Path,
+            target: float | None = None) -> pathlib.Path | None:
   """Rewrites the comparison run of `experiment_dir` and the HParams session
   of each of its completed runs (see the module docstring).
+
+  `target`, an eval accuracy, is kept for later refreshes and used for the
+  HParams 'to target' metrics; None uses the kept one (`stored_target`), else
+  `hparams.default_target`.
 
   Returns:
     The comparison run's directory; None if no run has completed.
 
   Raises:
-    UserError: as `run_records.load_runs` (a run's files unreadable).
-    OSError: if an event file cannot be written.
+    UserError: as `run_records.load_runs` (a run's files unreadable) or
+      `stored_target`.
+    OSError: if an event file or the target cannot be written.
   """
   # pylint: disable-next=g-import-not-at-top
   from tensorboard.plugins.custom_scalar import summary as cs_summary
 
   from fedsim.reporting.sinks import load_tensorflow  # pylint: disable=g-import-not-at-top
   experiment_dir = pathlib.Path(experiment_dir)
+  board = experiment_dir / COMPARISON_RUN
+  if target is not None:
+    board.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(board / TARGET_FILE, f"{target!r}\n")
+  else:
+    target = stored_target(experiment_dir)
   try:
     runs = load_runs(experiment_dir)
   except UserError:
@@ -87,10 +143,9 @@ def refresh(experiment_dir: str | pathlib.Path) -> pathlib.Path | None:
   if not completed:
     return None
   tf = load_tensorflow()
-  write_config = hparams.write_sessions(completed)
+  write_config = hparams.write_sessions(completed, target)
   image = _figure_pixels(experiment_dir)
-  layout = cs_summary.pb(layout_proto()).SerializeToString()
-  board = experiment_dir / COMPARISON_RUN
+  layout = cs_summary.pb(layout_proto(clock_informative(completed))).SerializeToString()
   board.mkdir(exist_ok=True)
   old = sorted(board.glob(f"events.out.tfevents.*{BOARD_SUFFIX}"))
   old += sorted(experiment_dir.glob(f"events.out.tfevents.*{_OLD_CONFIG_SUFFIX}"))

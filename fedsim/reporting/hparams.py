@@ -8,16 +8,22 @@ runs that lack the key (the uncompressed baseline then has no encoder and
 drops out of the parallel-coordinates view) and a metric of every scalar.
 So whenever a run completes, `write_sessions` rewrites the session of every
 completed run of the experiment from their `config.yaml` and `metrics.csv`:
-the same columns in all, those whose values differ first, a key a run lacks
-filled with `identity` (an encoder) or `none`; and the experiment's HParams
-config, listing those columns and the ranking metrics (`RANKING`), once, in
-the comparison run.
+the same columns in all, a key a run lacks filled with `identity` (an
+encoder) or `none`; and the experiment's HParams config, listing those
+columns and the ranking metrics (`RANKING`), once, in the comparison run.
 
-Bits and time to a target: the target is 90% of the best eval accuracy any
-completed run of the experiment reached (`TARGET_FRACTION`), so it exists
-for every experiment and most variants reach it; a run that never does has
-no value there. Both move as runs complete, so they are rewritten with the
-sessions.
+The dashboard shows 5 columns until the user ticks more: those whose
+`differs` is set first, in the config's order. So the keys that differ
+between runs come first and are marked so, and among them a key whose value
+follows from the keys before it (`aggregation.bits` equal to `broadcast.bits`
+in every run, a `min_elements` that only the baseline lacks) goes after those
+that do not (`informative_first`): the defaults are the study's own knobs.
+
+Bits and time to a target: the target is the eval accuracy last given to
+`fedsim compare --target` for the experiment (kept in the comparison run,
+`board.TARGET_FILE`), else 90% of the best eval accuracy any completed run
+reached (`TARGET_FRACTION`), so it exists for every experiment; a run that
+never reaches it has no value there. The metric's description says which.
 """
 
 from __future__ import annotations
@@ -60,41 +66,59 @@ def flat_hparams(plain_config: Mapping[str, Any], prefix: str = "") -> dict[str,
   return out
 
 
-def varying_first(runs: Sequence[Mapping[str, HParamValue]]) -> list[str]:
-  """Every key of `runs` (flat hparams of each run), those that differ first.
+def informative_first(runs: Sequence[Mapping[str, HParamValue]]) -> list[tuple[str, bool]]:
+  """Every key of `runs` (flat hparams of each run) with whether it differs
+  between them: (key, True) for those that do, informative ones first.
 
   A key differs if two runs have different values for it or some run lacks
-  it. Within each group keys keep the order in which they first appear.
+  it. It is informative unless the values of the informative keys before it
+  determine its value in every run. Within each group keys keep the order in
+  which they first appear.
   """
   keys = list(dict.fromkeys(k for run in runs for k in run))
   missing = object()
-
-  def differs(key: str) -> bool:
-    return len({repr(run.get(key, missing)) for run in runs}) > 1
-
-  return [k for k in keys if differs(k)] + [k for k in keys if not differs(k)]
+  values = {k: [repr(run.get(k, missing)) for run in runs] for k in keys}
+  differing = [k for k in keys if len(set(values[k])) > 1]
+  informative: list[str] = []
+  for key in differing:
+    seen: dict[tuple, str] = {}
+    for i, value in enumerate(values[key]):
+      if seen.setdefault(tuple(values[k][i] for k in informative), value) != value:
+        informative.append(key)
+        break
+  return ([(k, True) for k in informative]
+          + [(k, True) for k in differing if k not in informative]
+          + [(k, False) for k in keys if k not in differing])
 
 
 def filled(runs: Sequence[Mapping[str, HParamValue]]) -> list[dict[str, HParamValue]]:
-  """`runs` (flat hparams) with the same columns, in `varying_first` order.
+  """`runs` (flat hparams) with the same columns, in `informative_first` order.
 
   A key that is a section in another run (`compression: null` in the
   baseline, `compression.aggregation.encoder` in a variant) is left out; a
   key a run lacks becomes 'identity' if it names an encoder, else 'none'.
   """
-  keys = varying_first(runs)
+  keys = list(dict.fromkeys(k for run in runs for k in run))
   sections = {k for k in keys if any(other.startswith(k + ".") for other in keys)}
-  columns = [k for k in keys if k not in sections]
-  return [{k: run.get(k, "identity" if k.rsplit(".", 1)[-1] == "encoder" else "none")
-           for k in columns} for run in runs]
+  rows = [{k: run.get(k, "identity" if k.rsplit(".", 1)[-1] == "encoder" else "none")
+           for k in keys if k not in sections} for run in runs]
+  order = [key for key, _ in informative_first(rows)]
+  return [{k: row[k] for k in order} for row in rows]
 
 
-def ranking_metrics(runs: Sequence[Any]) -> list[dict[str, float]]:
-  """The `RANKING` values of each of `runs` (`run_records.Run`); a metric a
-  run has no value for (no evaluation, target never reached) is absent."""
-  from fedsim.metric_names import EVAL_ACCURACY, EVAL_LOSS, SIMULATED_SECONDS, bits_sent
+def default_target(runs: Sequence[Any]) -> float | None:
+  """`TARGET_FRACTION` of the best eval accuracy of `runs`; None if none evaluated."""
+  from fedsim.metric_names import EVAL_ACCURACY
   best = max((row[EVAL_ACCURACY] for run in runs for row in run.metrics
               if EVAL_ACCURACY in row), default=None)
+  return None if best is None else TARGET_FRACTION * best
+
+
+def ranking_metrics(runs: Sequence[Any], target: float | None) -> list[dict[str, float]]:
+  """The `RANKING` values of each of `runs` (`run_records.Run`), the 'to
+  target' ones at eval accuracy `target` (none if None); a metric a run has
+  no value for (no evaluation, target never reached) is absent."""
+  from fedsim.metric_names import EVAL_ACCURACY, EVAL_LOSS, SIMULATED_SECONDS, bits_sent
   out = []
   for run in runs:
     values: dict[str, float] = {}
@@ -107,7 +131,7 @@ def ranking_metrics(runs: Sequence[Any]) -> list[dict[str, float]]:
       values["total_bits"] = bits_sent(run.metrics[-1])
       if SIMULATED_SECONDS in run.metrics[-1]:
         values["simulated_seconds"] = run.metrics[-1][SIMULATED_SECONDS]
-    reached = run.to_target(TARGET_FRACTION * best) if best is not None else None
+    reached = run.to_target(target) if target is not None else None
     if reached:
       values["bits_to_target"] = reached["bits"]
       if reached["seconds"] is not None:
@@ -116,13 +140,14 @@ def ranking_metrics(runs: Sequence[Any]) -> list[dict[str, float]]:
   return out
 
 
-def write_sessions(runs: Sequence[Any]) -> Callable[[], Any]:
+def write_sessions(runs: Sequence[Any], target: float | None = None) -> Callable[[], Any]:
   """Rewrites the HParams session of each of `runs` (completed `run_records.Run`s
   of one experiment).
 
   Each session (its hparams, and the ranking metrics as 'final/<tag>'
   scalars at step = the run's last round) is a new event file in the run
-  directory that replaces the previous one. Imports TensorFlow.
+  directory that replaces the previous one. `target` is the eval accuracy
+  of the 'to target' metrics (None: `default_target`). Imports TensorFlow.
 
   Returns:
     A function writing the experiment's HParams config (its columns and
@@ -132,14 +157,17 @@ def write_sessions(runs: Sequence[Any]) -> Callable[[], Any]:
   Raises:
     OSError: naming the directory, if the events cannot be written.
   """
-  from tensorboard.plugins.hparams import api as hp  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from tensorboard.plugins.hparams import api as hp, api_pb2, summary as hp_summary
 
   from fedsim.reporting.sinks import load_tensorflow  # pylint: disable=g-import-not-at-top
   tf = load_tensorflow()
   configs = [flat_hparams({k: v for k, v in run.config.items() if k != "variants"})
              for run in runs]
   rows = filled(configs)
-  ranked = ranking_metrics(runs)
+  given = target is not None
+  target = target if given else default_target(runs)
+  ranked = ranking_metrics(runs, target)
   for run, hparams, metrics in zip(runs, rows, ranked):
     old = sorted(run.path.glob(f"events.out.tfevents.*{SESSION_SUFFIX}"))
     step = run.metrics[-1].get("round", 0) if run.metrics else 0
@@ -148,15 +176,21 @@ def write_sessions(runs: Sequence[Any]) -> Callable[[], Any]:
         *(tf.summary.scalar(FINAL_PREFIX + tag, float(value)) for tag, value in m.items())],
                  SESSION_SUFFIX)
     unlink_all(old)  # One session per run: the plugin would pick any of several.
-  columns = [hp.HParam(key) for key in (rows[0] if rows else {})]
-  target = TARGET_FRACTION * max((m["eval/accuracy"] for m in ranked if "eval/accuracy" in m),
-                                 default=float("nan"))
-  metrics = [hp.Metric(FINAL_PREFIX + tag, display_name=title,
-                       description=(f"target: eval accuracy {target:.4f}"
-                                    f" ({TARGET_FRACTION:.0%} of the best run's)"
-                                    if "target" in tag else ""))
+  differs = dict(informative_first(rows))
+  columns = [api_pb2.HParamInfo(name=key, differs=differs[key]) for key in (rows[0] if rows else {})]
+  if target is None:
+    to_target = "no run evaluated: no target"
+  elif given:
+    to_target = f"target: eval accuracy {target:.4f}, as given to `fedsim compare --target`"
+  else:
+    to_target = (f"target: eval accuracy {target:.4f} ({TARGET_FRACTION:.0%} of the best run's;"
+                 " `fedsim compare --target` sets it)")
+  metrics = [api_pb2.MetricInfo(name=api_pb2.MetricName(tag=FINAL_PREFIX + tag),
+                                display_name=title,
+                                description=to_target if "target" in tag else "")
              for tag, title in RANKING.items()]
-  return lambda: hp.hparams_config(hparams=columns, metrics=metrics)
+  config = hp_summary.experiment_pb(columns, metrics, time_created_secs=0.0).SerializeToString()
+  return lambda: tf.summary.experimental.write_raw_pb(config, step=0)
 
 
 def write_events(tf, log_dir: pathlib.Path, step: int, write, filename_suffix: str) -> None:

@@ -26,6 +26,7 @@ from typing import Any, Iterable, Mapping, Protocol
 
 from fedsim.errors import UserError
 from fedsim.metric_names import ROUND
+from fedsim.reporting.board_tags import board_tag
 from fedsim.reporting.rundir import write_text_atomic
 
 
@@ -221,7 +222,9 @@ def read_metrics_csv(path: str | os.PathLike) -> list[dict[str, float]]:
 
 
 class TensorBoardSink:
-  """TensorBoard scalars under the exact metric names, step = round.
+  """TensorBoard scalars, step = round, each under its metric's
+  `board_tags.board_tag` (`eval/accuracy` stays, `aggregate_bits` is
+  `sent/aggregate_bits`).
 
   The events are those `tf.summary.scalar` writes (one per metric: a float32
   scalar tensor with the scalars plugin's metadata), written as records of a
@@ -275,7 +278,7 @@ class TensorBoardSink:
       for i, name in enumerate(names):
         event = self._events.get(name)
         if event is None:
-          event = self._events[name] = _scalar_event(name)
+          event = self._events[name] = _scalar_event(board_tag(name))
         event.wall_time, event.step = now, step
         event.summary.value[0].tensor.tensor_content = values[4 * i:4 * i + 4]
         self._writer.write(event.SerializeToString())

@@ -66,15 +66,19 @@ def _over_uploads(rows, key: str) -> float:
 
 
 def controlled_upload(reference_bits: int, rows) -> str:
-  """A controller sets each client's upload size: the ratio of the mean over
-  every aggregated upload of the run (one client's static size would only
-  describe that client)."""
+  """A controller sets the upload size: the ratio of the mean over every
+  aggregated upload of the run (one client's static size would only describe
+  that client). Said to be set per client if some round's `control/*_min`
+  and `control/*_max` differ, else each round."""
   clients = sum(row.get(CLIENTS_AGGREGATED, 0) for row in rows)
   bits = _over_uploads(rows, "aggregate_bits_per_client_mean")
+  per_client = any(row[key] != row.get(key[:-len("_min")] + "_max", row[key])
+                   for row in rows for key in row
+                   if key.startswith("control/") and key.endswith("_min"))
+  setter = f"set {'per client' if per_client else 'each round'} by a controller"
   if not clients or not bits:
-    return "set per client by a controller"
-  mean = round(bits / clients)
-  return f"set per client by a controller: {vs_uncompressed(reference_bits, mean)} on average"
+    return setter
+  return f"{setter}: {vs_uncompressed(reference_bits, round(bits / clients))} on average"
 
 
 def vs_uncompressed(reference_bits: int, bits: int, measured: bool = False,

@@ -3,24 +3,32 @@
 from fedsim.reporting.summary import controlled_upload
 
 
-def _row(aggregated, mean_bits):
+def _row(aggregated, mean_bits, bits_range=(4.0, 4.0)):
   return {"clients/aggregated": aggregated, "aggregate_bits_per_client_mean": mean_bits,
-          "control/bits_mean": 1.0}
+          "control/bits_mean": sum(bits_range) / 2, "control/bits_min": bits_range[0],
+          "control/bits_max": bits_range[1]}
 
 
 def test_a_controlled_upload_is_compared_by_its_mean_over_every_aggregated_client():
   # 3 clients at 1,000 bits, then 1 at 5,000: 8,000 bits over 4 uploads = 2,000 a client,
   # against 32,000 uncompressed: 16x. (One client's size would say 32x or 6.4x.)
-  rows = [_row(3, 1000), _row(1, 5000)]
+  rows = [_row(3, 1000, (2.0, 2.0)), _row(1, 5000, (1.0, 8.0))]
   assert controlled_upload(32_000, rows) == (
       "set per client by a controller: 16.00x fewer bits than uncompressed on average")
 
 
+def test_a_controller_setting_one_value_per_round_is_said_to_set_it_each_round():
+  # AdaQuantFL: every client of a round gets the round's value (min = max each round).
+  rows = [_row(3, 1000, (1.0, 1.0)), _row(1, 5000, (2.0, 2.0))]
+  assert controlled_upload(32_000, rows) == (
+      "set each round by a controller: 16.00x fewer bits than uncompressed on average")
+
+
 def test_rounds_that_aggregated_nobody_do_not_count():
-  rows = [_row(0, 0), _row(2, 64_000)]
+  rows = [_row(0, 0), _row(2, 64_000, (4.0, 6.0))]
   assert controlled_upload(32_000, rows) == (
       "set per client by a controller: 2.00x more bits than uncompressed on average")
-  assert controlled_upload(32_000, [_row(0, 0)]) == "set per client by a controller"
+  assert controlled_upload(32_000, [_row(0, 0)]) == "set each round by a controller"
 
 
 def test_a_controlled_runs_model_share_per_round_is_its_clients_own():

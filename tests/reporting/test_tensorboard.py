@@ -9,7 +9,8 @@ from tensorboard.plugins.hparams import metadata as hparams_metadata
 from tensorboard.plugins.hparams import plugin_data_pb2
 from tensorboard.util import tensor_util
 
-from fedsim.reporting.hparams import flat_hparams, write_events, write_sessions
+from fedsim.reporting.board_tags import board_tag
+from fedsim.reporting.hparams import flat_hparams, informative_first, write_events, write_sessions
 from fedsim.reporting.run_records import Run
 from fedsim.reporting.sinks import (CompositeSink, CsvSink, TensorBoardSink, load_tensorflow,
                                     read_metrics_csv)
@@ -27,17 +28,20 @@ def _scalars(acc):
           for tag in acc.Tags()["tensors"] if not tag.startswith("_hparams_")}
 
 
-def test_scalars_use_metric_names_and_round_steps(tmp_path):
+def test_scalars_use_board_tags_and_round_steps(tmp_path):
   sink = TensorBoardSink(tmp_path)
   sink.write(1, {"round": 1, "train/loss": 2.5, "clients/sampled": 10})
   # Flushed each round: readable before close.
-  assert _scalars(_load(tmp_path)) == {"train/loss": [(1, 2.5)], "clients/sampled": [(1, 10.0)]}
-  sink.write(2, {"round": 2, "train/loss": 1.25, "clients/sampled": 10, "eval/accuracy": 0.75})
+  assert _scalars(_load(tmp_path)) == {"train/loss": [(1, 2.5)],
+                                       "system/clients/sampled": [(1, 10.0)]}
+  sink.write(2, {"round": 2, "train/loss": 1.25, "clients/sampled": 10, "eval/accuracy": 0.75,
+                 "aggregate_bits": 800})
   sink.close()
   assert _scalars(_load(tmp_path)) == {
       "train/loss": [(1, 2.5), (2, 1.25)],
-      "clients/sampled": [(1, 10.0), (2, 10.0)],
+      "system/clients/sampled": [(1, 10.0), (2, 10.0)],
       "eval/accuracy": [(2, 0.75)],
+      "sent/aggregate_bits": [(2, 800.0)],
   }
 
 
@@ -62,7 +66,7 @@ def test_events_are_those_tf_summary_scalar_writes(tmp_path):
     with writer.as_default(step=metrics["round"]):
       for name, value in metrics.items():
         if name != "round":
-          tf.summary.scalar(name, float(value))
+          tf.summary.scalar(board_tag(name), float(value))
   writer.close()
   got, want = _events(tmp_path / "fedsim"), _events(tmp_path / "tf")
   assert got[0].file_version == want[0].file_version == "brain.Event:2"
@@ -75,7 +79,8 @@ def test_events_are_those_tf_summary_scalar_writes(tmp_path):
   sink = TensorBoardSink(tmp_path / "huge")
   sink.write(1, {"huge": 1e300, "tiny": -1e300})
   sink.close()
-  assert _scalars(_load(tmp_path / "huge")) == {"huge": [(1, np.inf)], "tiny": [(1, -np.inf)]}
+  assert _scalars(_load(tmp_path / "huge")) == {"system/huge": [(1, np.inf)],
+                                                      "system/tiny": [(1, -np.inf)]}
 
 
 def test_two_sinks_of_one_second_write_two_files(tmp_path):
@@ -91,6 +96,49 @@ def test_an_event_file_that_cannot_be_created_is_an_os_error_naming_it(tmp_path)
   (tmp_path / "file").write_text("not a directory")
   with pytest.raises(OSError, match=str(tmp_path / "file")):
     TensorBoardSink(tmp_path / "file" / "run")
+
+
+# metrics.csv's columns of experiments/compare_encoders.yaml's uniform8 run (3 rounds,
+# 2026-11-28), plus a DP run's, a controller's and fedbuff's own.
+COLUMNS = [
+    "train/loss", "train/accuracy", "train/num_examples", "distributor/wire/packed_bits",
+    "distributor/wire/entropy_bits", "aggregation/encode/wire/packed_bits",
+    "aggregation/encode/wire/max_client_bits", "finalizer/update_non_finite",
+    "clients/sampled", "clients/aggregated", "clients/dropped", "round_skipped",
+    "round_simulated_seconds", "simulated_seconds", "round_seconds", "broadcast_bits",
+    "aggregate_bits", "late_upload_bits", "cumulative_broadcast_bits",
+    "cumulative_aggregate_bits", "broadcast_entropy_bits", "aggregate_bits_per_client_mean",
+    "broadcast_model_bits_per_client", "eval/loss", "eval/accuracy", "eval/accuracy_by_bits",
+    "eval/accuracy_by_simulated_ms", "eval_clients/accuracy_p10", "privacy/epsilon",
+    "control/bits_mean",
+    "staleness/mean", "server_updates_per_hour"]
+
+
+def _tensorboard_groups(tags):
+  """Groups in the order TensorBoard 2.14 shows them: tags sorted by name ('/' before
+  any other character), grouped by the text before the first '/'."""
+  ordered = sorted(tags, key=lambda tag: tag.replace("/", "\0"))
+  return list(dict.fromkeys(tag.split("/", 1)[0] for tag in ordered))
+
+
+def test_tensorboard_opens_on_eval_then_privacy_then_bits_sent():
+  """Every group in the order TensorBoard shows them, each column under its own."""
+  tags = {column: board_tag(column) for column in COLUMNS}
+  assert _tensorboard_groups(tags.values()) == [
+      "eval", "eval_clients", "privacy", "sent", "stages", "system", "train"]
+  assert len(set(tags.values())) == len(COLUMNS)  # no two columns share a tag
+  for column in ("eval/accuracy", "eval/accuracy_by_bits", "eval_clients/accuracy_p10",
+                 "train/loss", "privacy/epsilon"):
+    assert tags[column] == column
+  for column in ("aggregate_bits", "cumulative_broadcast_bits", "late_upload_bits",
+                 "control/bits_mean"):
+    assert tags[column] == "sent/" + column
+  for column in ("aggregation/encode/wire/packed_bits", "distributor/wire/entropy_bits",
+                 "finalizer/update_non_finite"):
+    assert tags[column] == "stages/" + column
+  for column in ("clients/sampled", "staleness/mean", "round_seconds", "simulated_seconds",
+                 "server_updates_per_hour"):
+    assert tags[column] == "system/" + column
 
 
 def test_composite_of_csv_and_tensorboard(tmp_path):
@@ -156,7 +204,57 @@ def test_sessions_fill_every_column_and_carry_the_ranking_metrics(tmp_path):
   acc = _load(board)
   content = acc.SummaryMetadata(hparams_metadata.EXPERIMENT_TAG).plugin_data.content
   experiment = hparams_metadata.parse_experiment_plugin_data(content)
-  assert [h.name for h in experiment.hparam_infos][:2] == [
-      "compression.aggregation.encoder", "compression.aggregation.bits"]
+  assert [(h.name, h.differs) for h in experiment.hparam_infos] == [
+      ("compression.aggregation.encoder", True), ("compression.aggregation.bits", True),
+      ("name", False), ("seed", False), ("rounds", False)]
   assert [m.name.tag for m in experiment.metric_infos][:3] == [
       "final/eval/accuracy", "final/total_bits", "final/bits_to_target"]
+  assert experiment.metric_infos[2].description == (
+      "target: eval accuracy 0.8100 (90% of the best run's; `fedsim compare --target` sets it)")
+
+
+def test_a_given_target_is_the_one_to_target_metrics_use(tmp_path):
+  config = {"name": "exp", "seed": 1}
+  rows = lambda accuracies: [{"round": r, "cumulative_broadcast_bits": 100 * r,
+                              "cumulative_aggregate_bits": 100 * r, "eval/accuracy": a}
+                             for r, a in enumerate(accuracies, 1)]
+  runs = [_run(tmp_path / "a", config, rows([0.5, 0.7, 0.9])),
+          _run(tmp_path / "b", config, rows([0.65, 0.6, 0.62]))]
+  write_config = write_sessions(runs, target=0.6)
+  # 0.6: a reaches it at round 2 (400 bits), b at round 1 (200 bits).
+  assert _session(tmp_path / "a")[1]["final/bits_to_target"] == [(3, 400.0)]
+  assert _session(tmp_path / "b")[1]["final/bits_to_target"] == [(3, 200.0)]
+  write_sessions(runs, target=0.95)  # reached by no run: no value
+  assert "final/bits_to_target" not in _session(tmp_path / "a")[1]
+  board = tmp_path / "board"
+  board.mkdir()
+  write_events(load_tensorflow(), board, 0, write_config, ".test")
+  content = _load(board).SummaryMetadata(hparams_metadata.EXPERIMENT_TAG).plugin_data.content
+  (to_target,) = [m for m in hparams_metadata.parse_experiment_plugin_data(content).metric_infos
+                  if m.name.tag == "final/bits_to_target"]
+  assert to_target.description == (
+      "target: eval accuracy 0.6000, as given to `fedsim compare --target`")
+
+
+def test_hparams_defaults_are_the_study_knobs_not_what_follows_from_them():
+  """experiments/compare_encoders.yaml's four variants: the dashboard shows the first 5
+  columns, so broadcast's encoder and bits (which tell the variants apart) come first,
+  then what they determine (min_elements, the same aggregation keys), then the rest."""
+  none = {"seed": 0, "compression": "None"}
+  variant = lambda encoder, bits: {"seed": 0, **{
+      f"compression.{d}.{k}": v for d in ("broadcast", "aggregation")
+      for k, v in (("encoder", encoder), ("bits", bits), ("min_elements", 10000))}}
+  runs = [none, variant("uniform", 8), variant("uniform", 4), variant("hadamard", 8)]
+  assert informative_first(runs) == [
+      ("compression", True), ("compression.broadcast.encoder", True),
+      ("compression.broadcast.bits", True), ("compression.broadcast.min_elements", True),
+      ("compression.aggregation.encoder", True), ("compression.aggregation.bits", True),
+      ("compression.aggregation.min_elements", True), ("seed", False)]
+  # Without the baseline, min_elements no longer differs.
+  assert [key for key, differs in informative_first(runs[1:]) if differs] == [
+      "compression.broadcast.encoder", "compression.broadcast.bits",
+      "compression.aggregation.encoder", "compression.aggregation.bits"]
+  # A knob that varies on its own beside the encoder is informative even after
+  # keys it does not follow from.
+  runs = [{"a": 1, "b": 1, "lr": 0.1}, {"a": 2, "b": 2, "lr": 0.1}, {"a": 2, "b": 2, "lr": 0.2}]
+  assert informative_first(runs) == [("a", True), ("lr", True), ("b", True)]

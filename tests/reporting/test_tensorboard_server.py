@@ -18,6 +18,8 @@ import urllib.request
 import pytest
 
 import fedsim
+from fedsim import cli
+from fedsim.reporting.board_tags import board_tag
 
 CONFIG = {
     "name": "board", "seed": 0, "rounds": 2, "clients_per_round": 3,
@@ -39,9 +41,17 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def experiment(tff_runtime, tmp_path_factory):
+  """The finished comparison, after `fedsim compare --target` (the lowest final
+  accuracy of the two variants, which both reach)."""
   logdir = tmp_path_factory.mktemp("board")
   fedsim.run(CONFIG, logdir=logdir)
-  return logdir / "board"
+  experiment = logdir / "board"
+  assert cli.main(["compare", str(experiment), "--target", str(_target(experiment))]) == 0
+  return experiment
+
+
+def _target(experiment) -> float:
+  return min(float(_rows(experiment, run)[-1]["eval/accuracy"]) for run in VARIANTS)
 
 
 @pytest.fixture(scope="module")
@@ -152,16 +162,47 @@ def test_accuracy_by_round_bits_and_simulated_time_are_tags_of_each_variant(serv
   assert not tags.get("comparison")
 
 
-def test_custom_scalars_layout_starts_with_accuracy_by_round_bits_and_time(server):
-  layout = _get(server, "/data/plugin/custom_scalars/layout")
-  first = layout["category"][0]["chart"][:3]
-  assert [chart["multiline"]["tag"] for chart in first] == [
-      ["^eval/accuracy$"], ["^eval/accuracy_by_bits$"], ["^eval/accuracy_by_simulated_ms$"]]
+def test_scalars_open_on_eval_then_bits_sent_with_internals_grouped_below(server, experiment):
+  """The Scalars and Time Series tabs group tags by the text before the first '/',
+  in name order: every metrics.csv column is a tag; eval/ first, then the HParams
+  ranking metrics (final accuracy, total bits, bits to target), then bits sent."""
   tags = _get(server, "/data/plugin/scalars/tags")
-  for chart in first:  # each chart draws every variant
-    (pattern,) = chart["multiline"]["tag"]
-    assert [run for run in VARIANTS if any(re.search(pattern, t) for t in tags[run])] == list(
-        VARIANTS)
+  for run in VARIANTS:
+    columns = [c for c in _rows(experiment, run)[0] if c != "round"]
+    assert set(tags[run]) >= {board_tag(column) for column in columns}
+    groups = list(dict.fromkeys(t.split("/", 1)[0]
+                                for t in sorted(tags[run], key=lambda t: t.replace("/", "\0"))))
+    assert groups == ["eval", "final", "sent", "stages", "system", "train"], groups
+    assert "sent/cumulative_aggregate_bits" in tags[run]
+    assert any(tag.startswith("stages/aggregation/") for tag in tags[run]) == (run != "none")
+
+
+def _charts(layout) -> list[tuple[str, list[str]]]:
+  """(title, tags) of each chart of a custom-scalars layout: margin charts only."""
+  return [(chart["title"], [series["value"] for series in chart["margin"]["series"]])
+          for category in layout["category"] for chart in category["chart"]]
+
+
+def test_custom_scalars_start_with_accuracy_unsmoothed_and_leave_out_a_clock_without_links(
+    server, experiment):
+  layout = _get(server, "/data/plugin/custom_scalars/layout")
+  for category in layout["category"]:
+    for chart in category["chart"]:  # margin charts: TensorBoard does not smooth them
+      assert "multiline" not in chart
+      for series in chart["margin"]["series"]:
+        assert series["lower"] == series["upper"] == series["value"]
+  charts = _charts(layout)
+  # No links, constant speed, equal clients: every round took the same simulated time.
+  durations = {row["round_simulated_seconds"] for run in VARIANTS
+               for row in _rows(experiment, run)}
+  assert len(durations) == 1
+  assert [tags for _, tags in charts[:2]] == [["eval/accuracy"], ["eval/accuracy_by_bits"]]
+  assert not any("simulated" in title or "eval/accuracy_by_simulated_ms" in tags
+                 for title, tags in charts)
+  tags = _get(server, "/data/plugin/scalars/tags")
+  for _, chart_tags in charts:  # each chart draws every variant
+    for tag in chart_tags:
+      assert all(tag in tags[run] for run in VARIANTS), tag
 
 
 def test_comparison_figure_is_an_image_of_the_comparison_run(server):
@@ -175,12 +216,18 @@ def test_comparison_figure_is_an_image_of_the_comparison_run(server):
     assert response.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
-def test_hparams_table_fills_every_column_and_ranks_by_bits_and_accuracy(server, experiment):
+def test_hparams_table_fills_every_column_and_ranks_by_the_compare_target(server, experiment):
   config = _post(server, "/data/plugin/hparams/experiment", {"experimentName": ""})
   columns = [h["name"] for h in config["hparamInfos"]]
   # The columns that differ come first; 'compression' (null in the baseline) is no column.
   assert set(columns[:3]) == {"compression.aggregation.encoder", "compression.aggregation.bits",
                               "compression.aggregation.min_elements"}
+  # The dashboard sorts differing columns first and shows 5: the encoder first (its
+  # bits, min_elements, rounding, ... follow from it: the baseline has none).
+  differing = [h["name"] for h in config["hparamInfos"] if h.get("differs")]
+  assert differing == columns[:len(differing)]
+  assert columns[0] == "compression.aggregation.encoder"
+  assert all(name.startswith("compression.aggregation.") for name in differing)
   assert "compression" not in columns
   metrics = [m["name"]["tag"] for m in config["metricInfos"]]
   assert metrics[:4] == ["final/eval/accuracy", "final/total_bits", "final/bits_to_target",
@@ -195,7 +242,10 @@ def test_hparams_table_fills_every_column_and_ranks_by_bits_and_accuracy(server,
   assert groups["uniform8"]["hparams"]["compression.aggregation.encoder"] == "uniform"
   assert groups["uniform8"]["hparams"]["compression.aggregation.bits"] == 8
 
-  best = max(float(r["eval/accuracy"]) for run in VARIANTS for r in _rows(experiment, run))
+  target = _target(experiment)  # as given to `fedsim compare --target`
+  (to_target,) = [m for m in config["metricInfos"] if m["name"]["tag"] == "final/bits_to_target"]
+  assert f"eval accuracy {target:.4f}, as given to `fedsim compare --target`" in (
+      to_target["description"])
   for run in VARIANTS:
     rows = _rows(experiment, run)
     values = {m["name"]["tag"]: m["value"] for m in groups[run]["metricValues"]}
@@ -203,7 +253,7 @@ def test_hparams_table_fills_every_column_and_ranks_by_bits_and_accuracy(server,
     assert values["final/eval/accuracy"] == pytest.approx(float(rows[-1]["eval/accuracy"]))
     # Scalars are float32: exact below 2^24 bits, within 6e-8 above.
     assert values["final/total_bits"] == pytest.approx(sum(bits), rel=6e-8)
-    first = next(i for i, r in enumerate(rows) if float(r["eval/accuracy"]) >= 0.9 * best)
+    first = next(i for i, r in enumerate(rows) if float(r["eval/accuracy"]) >= target)
     assert values["final/bits_to_target"] == pytest.approx(sum(bits[:first + 1]), rel=6e-8)
     assert values["final/simulated_seconds_to_target"] == pytest.approx(
         float(rows[first]["simulated_seconds"]))
