@@ -46,18 +46,22 @@ TARGET_FILE = "hparams_target.txt"
 _OLD_CONFIG_SUFFIX = ".fedsim-hparams"
 BY_SIMULATED_TIME = "eval accuracy by simulated milliseconds"
 
-# (category, [(chart title, [tag of each line])]): each chart draws its tags of every run.
+# (category, [(chart title, tag)]) in the order shown: each chart draws its tag of
+# every run. One tag a chart: a margin chart with several lists, under "Missing
+# Tags", the runs without any (the comparison run).
 LAYOUT = (
     ("accuracy, every run", [
-        ("eval accuracy by round", [EVAL_ACCURACY]),
-        ("eval accuracy by cumulative bits sent (broadcast + aggregate)", [EVAL_ACCURACY_BY_BITS]),
-        (BY_SIMULATED_TIME, [EVAL_ACCURACY_BY_SIMULATED_MS]),
+        ("eval accuracy by round", EVAL_ACCURACY),
+        ("eval accuracy by cumulative bits sent (broadcast + aggregate)", EVAL_ACCURACY_BY_BITS),
+        (BY_SIMULATED_TIME, EVAL_ACCURACY_BY_SIMULATED_MS),
     ]),
-    ("loss and bits by round, every run", [
-        ("train loss", [TRAIN_LOSS]),
-        ("eval loss", [EVAL_LOSS]),
-        ("cumulative bits, broadcast and aggregate",
-         [board_tag(CUMULATIVE_BROADCAST_BITS), board_tag(CUMULATIVE_AGGREGATE_BITS)]),
+    ("loss by round, every run", [
+        ("train loss", TRAIN_LOSS),
+        ("eval loss", EVAL_LOSS),
+    ]),
+    ("bits sent so far by round, every run", [
+        ("cumulative broadcast bits", board_tag(CUMULATIVE_BROADCAST_BITS)),
+        ("cumulative aggregate bits", board_tag(CUMULATIVE_AGGREGATE_BITS)),
     ]),
 )
 
@@ -65,14 +69,19 @@ LAYOUT = (
 def layout_proto(with_clock: bool = True):
   """The custom-scalars Layout of `LAYOUT`, without the chart by simulated
   time unless `with_clock`; each chart a margin chart (no smoothing) whose
-  bounds are the value itself."""
+  bounds are the value itself.
+
+  A category's charts are listed last first: TensorBoard 2.14 draws a
+  category's margin charts in the reverse of the layout's order (its line
+  charts in order), as the screenshots of docs/tensorboard.md show.
+  """
   from tensorboard.plugins.custom_scalar import layout_pb2  # pylint: disable=g-import-not-at-top
   series = layout_pb2.MarginChartContent.Series
   return layout_pb2.Layout(category=[
       layout_pb2.Category(title=title, chart=[
           layout_pb2.Chart(title=chart, margin=layout_pb2.MarginChartContent(
-              series=[series(value=tag, lower=tag, upper=tag) for tag in tags]))
-          for chart, tags in charts if with_clock or chart != BY_SIMULATED_TIME])
+              series=[series(value=tag, lower=tag, upper=tag)]))
+          for chart, tag in reversed(charts) if with_clock or chart != BY_SIMULATED_TIME])
       for title, charts in LAYOUT])
 
 

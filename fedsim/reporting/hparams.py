@@ -17,7 +17,8 @@ The dashboard shows 5 columns until the user ticks more: those whose
 between runs come first and are marked so, and among them a key whose value
 follows from the keys before it (`aggregation.bits` equal to `broadcast.bits`
 in every run, a `min_elements` that only the baseline lacks) goes after those
-that do not (`informative_first`): the defaults are the study's own knobs.
+that do not, and among those, one that only the baseline lacks goes last
+(`informative_first`): the defaults are the study's own knobs.
 
 Bits and time to a target: the target is the eval accuracy last given to
 `fedsim compare --target` for the experiment (kept in the comparison run,
@@ -72,8 +73,9 @@ def informative_first(runs: Sequence[Mapping[str, HParamValue]]) -> list[tuple[s
 
   A key differs if two runs have different values for it or some run lacks
   it. It is informative unless the values of the informative keys before it
-  determine its value in every run. Within each group keys keep the order in
-  which they first appear.
+  determine its value in every run. The informative keys keep the order in
+  which they first appear; the other differing ones follow, those with more
+  distinct values first; then the keys that do not differ.
   """
   keys = list(dict.fromkeys(k for run in runs for k in run))
   missing = object()
@@ -86,8 +88,11 @@ def informative_first(runs: Sequence[Mapping[str, HParamValue]]) -> list[tuple[s
       if seen.setdefault(tuple(values[k][i] for k in informative), value) != value:
         informative.append(key)
         break
-  return ([(k, True) for k in informative]
-          + [(k, True) for k in differing if k not in informative]
+  # Of the others, those with more distinct values first: a key only the
+  # baseline lacks (2 values) says less than one it shares with the knobs.
+  others = sorted((k for k in differing if k not in informative),
+                  key=lambda k: -len(set(values[k])))
+  return ([(k, True) for k in informative] + [(k, True) for k in others]
           + [(k, False) for k in keys if k not in differing])
 
 

@@ -239,7 +239,8 @@ def test_a_given_target_is_the_one_to_target_metrics_use(tmp_path):
 def test_hparams_defaults_are_the_study_knobs_not_what_follows_from_them():
   """experiments/compare_encoders.yaml's four variants: the dashboard shows the first 5
   columns, so broadcast's encoder and bits (which tell the variants apart) come first,
-  then what they determine (min_elements, the same aggregation keys), then the rest."""
+  then what they determine: the same aggregation keys (3 values each), then
+  min_elements (2: only the baseline lacks it), then the rest."""
   none = {"seed": 0, "compression": "None"}
   variant = lambda encoder, bits: {"seed": 0, **{
       f"compression.{d}.{k}": v for d in ("broadcast", "aggregation")
@@ -247,8 +248,8 @@ def test_hparams_defaults_are_the_study_knobs_not_what_follows_from_them():
   runs = [none, variant("uniform", 8), variant("uniform", 4), variant("hadamard", 8)]
   assert informative_first(runs) == [
       ("compression", True), ("compression.broadcast.encoder", True),
-      ("compression.broadcast.bits", True), ("compression.broadcast.min_elements", True),
-      ("compression.aggregation.encoder", True), ("compression.aggregation.bits", True),
+      ("compression.broadcast.bits", True), ("compression.aggregation.encoder", True),
+      ("compression.aggregation.bits", True), ("compression.broadcast.min_elements", True),
       ("compression.aggregation.min_elements", True), ("seed", False)]
   # Without the baseline, min_elements no longer differs.
   assert [key for key, differs in informative_first(runs[1:]) if differs] == [
