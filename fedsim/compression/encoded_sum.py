@@ -113,7 +113,10 @@ class EncodedSumFactory(tff.aggregators.UnweightedAggregationFactory):
 
     @tff.tensorflow.computation(state_type)
     def get_params(state):
-      params = [e.get_params(s) for e, s in zip(encoders, state["encoders"])]
+      # Seeded draws in get_params (a rotation's seed) fold in the round too: a
+      # MapReduceForm computes these twice, in `prepare` and in `update`.
+      with (te_api.noise_round(state["round"]) if round_noise else contextlib.nullcontext()):
+        params = [e.get_params(s) for e, s in zip(encoders, state["encoders"])]
       encode_params = collections.OrderedDict(
           [("encoders", [p[0] for p in params]),
            (NOISE_ROUND_KEY, state["round"] if round_noise else ())])

@@ -93,6 +93,25 @@ def noise_seed(x: tf.Tensor, salt: Any) -> tf.Tensor:
   return tf.random.experimental.stateless_fold_in(seed, tf.cast(round_index, tf.int32))
 
 
+def stage_salt(salt: Any, position: int) -> np.ndarray:
+  """int32[2]: the salt of the stage at `position` in a chain whose salt is
+  `salt` (so two stages of one chain draw unrelated noise)."""
+  words = np.asarray(salt).astype(np.int64) % 2**32
+  state = np.random.SeedSequence([*words.tolist(), position]).generate_state(2, np.uint32)
+  return state.view(np.int32)
+
+
+def params_seed(salt: Any) -> tf.Tensor:
+  """int32[2], a stateless-RNG seed for a stage's per-round parameters: `salt`
+  with the current `noise_round` folded in if one is set (no values: every
+  client and the server see the same parameters)."""
+  seed = tf.cast(salt, tf.int32)
+  round_index = _NOISE_ROUND.get()
+  if round_index is None:
+    return seed
+  return tf.random.experimental.stateless_fold_in(seed, tf.cast(round_index, tf.int32))
+
+
 def salt_or_current(salt: Any) -> Any:
   """`salt` if given (an int32[2] array or tensor), else the current `noise_key`'s salt."""
   return noise_salt() if salt is None else salt

@@ -25,6 +25,8 @@ stage writes is read here (`packing_bits`, `unpack_symbols`) and analysed in
 from __future__ import annotations
 
 import collections
+import contextlib
+import contextvars
 from typing import Any
 
 import tensorflow as tf
@@ -32,7 +34,8 @@ from tensorflow_model_optimization.python.core.internal import tensor_encoding a
 from tensorflow_model_optimization.python.core.internal.tensor_encoding.utils import tf_utils
 
 from fedsim.compression.noise_seeds import (noise_key, noise_round,  # noqa: F401 (re-exported)
-                                            noise_salt, noise_seed, salt_or_current)
+                                            noise_salt, noise_seed, params_seed,
+                                            salt_or_current, stage_salt)
 
 Encoder = te.core.Encoder
 EncodingStageInterface = te.core.EncodingStageInterface
@@ -198,10 +201,74 @@ def _wrapped_property(name: str) -> property:
   return property(lambda self: getattr(self._stage, name))
 
 
-class _StaticShapeStage(EncodingStageInterface):
-  """An encoding stage whose encoded and decoded tensors keep their static shapes.
+# The seed stream of the stage call in progress: [int32[2] seed, draws so far].
+_SEEDED_STREAM: contextvars.ContextVar[list | None] = contextvars.ContextVar(
+    "fedsim_seeded_stream", default=None)
+_UNSEEDED = {"uniform": tf.random.uniform, "normal": tf.random.normal}
 
-  Without this, the Hadamard rotation's output (shaped by `set_shape` after a
+
+def _next_seed() -> tf.Tensor | None:
+  """The stream's next int32[2] seed (draw n gets the seed with n folded in), or
+  None outside a seeded stage call (another thread tracing meanwhile)."""
+  stream = _SEEDED_STREAM.get()
+  if stream is None:
+    return None
+  seed, count = stream
+  stream[1] += 1
+  return tf.random.experimental.stateless_fold_in(seed, count)
+
+
+def _seeded_uniform(shape, minval=0, maxval=None, dtype=tf.float32, seed=None, name=None):
+  stream_seed = _next_seed()
+  if stream_seed is None:
+    return _UNSEEDED["uniform"](shape, minval, maxval, dtype, seed, name)
+  dtype = tf.as_dtype(dtype)
+  if maxval is None:
+    if dtype.is_integer:
+      raise ValueError("Must specify maxval for integer dtype")
+    maxval = 1
+  return tf.random.stateless_uniform(shape, stream_seed, minval, maxval, dtype, name=name)
+
+
+def _seeded_normal(shape, mean=0.0, stddev=1.0, dtype=tf.float32, seed=None, name=None):
+  stream_seed = _next_seed()
+  if stream_seed is None:
+    return _UNSEEDED["normal"](shape, mean, stddev, dtype, seed, name)
+  return tf.random.stateless_normal(shape, stream_seed, mean, stddev, dtype, name=name)
+
+
+@contextlib.contextmanager
+def _seeded_draws(seed: tf.Tensor):
+  """Within the block, this thread's `tf.random.uniform` and `tf.random.normal`
+  draw statelessly from `seed` (the n-th draw with n folded in).
+
+  tensor_encoding's stages draw with those unseeded stateful ops: a Hadamard
+  or Kashin rotation's seed in `get_params`, stochastic rounding's noise and a
+  PRNG quantizer's seed in `encode`. Unseeded, a round split into
+  MapReduceForm phases draws the rotation's seed once in `prepare` (sent to
+  the clients) and again in `update` (the server's decode), so the server
+  undoes a rotation the clients never made; runs cannot repeat either.
+  """
+  token = _SEEDED_STREAM.set([seed, 0])
+  saved = tf.random.uniform, tf.random.normal
+  tf.random.uniform, tf.random.normal = _seeded_uniform, _seeded_normal
+  try:
+    yield
+  finally:
+    tf.random.uniform, tf.random.normal = saved
+    _SEEDED_STREAM.reset(token)
+
+
+class _ChainedStage(EncodingStageInterface):
+  """A stage as fedsim runs it: seeded draws, static shapes.
+
+  Its random draws are seeded (see `_seeded_draws`): `get_params`' from
+  `params_seed(salt)`, the same on the server and every client of a round;
+  `encode`'s from `noise_seed(x, salt)`, as fedsim's own stages draw. The
+  salt is the chain's (the run seed and the tensor's index, see
+  `noise_seeds`) with the stage's position in the chain. Its encoded and
+  decoded tensors keep the static shapes Python infers for them: without
+  this, the Hadamard rotation's output (shaped by `set_shape` after a
   `tf.while_loop`) is [None, d] once TFF has re-imported the graph, and bit
   packing's zero padding then leaves int32[None, 1], which TFF rejects against
   the type it recorded (e.g. int32[4682, 1]). In tensor_encoding 0.7.5 the
@@ -210,8 +277,9 @@ class _StaticShapeStage(EncodingStageInterface):
   other widths but 6 and 12 fail at every size.
   """
 
-  def __init__(self, stage: EncodingStageInterface):
+  def __init__(self, stage: EncodingStageInterface, salt: Any):
     self._stage = stage
+    self._salt = salt
 
   name = _wrapped_property("name")
   compressible_tensors_keys = _wrapped_property("compressible_tensors_keys")
@@ -221,10 +289,12 @@ class _StaticShapeStage(EncodingStageInterface):
   # `name` as in `tf_style_encoding_stage`, which tensor_encoding's adaptive
   # wrapper passes on.
   def get_params(self, name=None):
-    return self._stage.get_params(name)
+    with _seeded_draws(params_seed(self._salt)):
+      return self._stage.get_params(name)
 
   def encode(self, x, encode_params, name=None):
-    encoded = self._stage.encode(x, encode_params, name)
+    with _seeded_draws(noise_seed(x, self._salt)):
+      encoded = self._stage.encode(x, encode_params, name)
     return type(encoded)((k, _pin_static_shape(v)) for k, v in encoded.items())
 
   def decode(self, encoded_tensors, decode_params, num_summands=None, shape=None, name=None):
@@ -232,10 +302,10 @@ class _StaticShapeStage(EncodingStageInterface):
         self._stage.decode(encoded_tensors, decode_params, num_summands, shape, name))
 
 
-def _with_static_shapes(stage: Any) -> Any:
-  """`stage` wrapped in `_StaticShapeStage`; an adaptive stage is returned as is."""
+def _as_chained(stage: Any, salt: Any) -> Any:
+  """`stage` wrapped in `_ChainedStage`; an adaptive stage is returned as is."""
   if isinstance(stage, EncodingStageInterface):
-    return _StaticShapeStage(stage)
+    return _ChainedStage(stage, salt)
   return stage
 
 
@@ -244,8 +314,10 @@ def chain(*encoding_stages: Any) -> Encoder:
 
   Every stage but the last must have exactly one compressible output (e.g.
   flatten -> rotate -> quantize -> bitpack); the next stage encodes that one.
-  Each (non-adaptive) stage's outputs keep the static shapes Python infers for
-  them when TFF re-imports the graph (see `_StaticShapeStage`).
+  Each (non-adaptive) stage's random draws are seeded by the current
+  `noise_key` (the run seed and the tensor's index, set while fedsim builds
+  an encoder), the round and its position in the chain, and its outputs keep
+  the static shapes Python infers for them (see `_ChainedStage`).
 
   Raises:
     ValueError: if no stage is given or a non-final stage has zero or several
@@ -253,7 +325,8 @@ def chain(*encoding_stages: Any) -> Encoder:
   """
   if not encoding_stages:
     raise ValueError("chain() needs at least one encoding stage")
-  encoding_stages = [_with_static_shapes(s) for s in encoding_stages]
+  salt = salt_or_current(None)
+  encoding_stages = [_as_chained(s, stage_salt(salt, i)) for i, s in enumerate(encoding_stages)]
   composer = te.core.EncoderComposer(encoding_stages[-1])
   for parent in reversed(encoding_stages[:-1]):
     keys = list(parent.compressible_tensors_keys)
