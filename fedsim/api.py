@@ -143,7 +143,7 @@ def _run_plans(plans, logdir, held: contextlib.ExitStack, progress, on_run_dir, 
   from fedsim.experiment.loop import run_rounds
   from fedsim.experiment.rewind import rewind_to_start
   from fedsim.experiment.simulation import build_simulation
-  from fedsim.reporting import create_run_dir, mark_interrupted, write_config
+  from fedsim.reporting import create_run_dir, mark_failed, mark_interrupted, write_config
   from fedsim.reporting.ownership import lock_run_dir
   from fedsim.runtime import signals
   from fedsim.runtime.session import session
@@ -160,7 +160,10 @@ def _run_plans(plans, logdir, held: contextlib.ExitStack, progress, on_run_dir, 
       held.callback(lock.release)
     else:
       run_dir, checkpoint, lock = resumption.run_dir, resumption.checkpoint, resumption.lock
-      if checkpoint is None:
+      if checkpoint is None and not (run_dir / "status").is_file():
+        print(f"starting {run_dir}: {cfg.rounds} rounds", flush=True)  # planned by a study
+        rewind_to_start(run_dir)
+      elif checkpoint is None:
         print(f"restarting {run_dir} from round 0 of {cfg.rounds}: it stopped before its"
               " first checkpoint", flush=True)
         rewind_to_start(run_dir)
@@ -187,6 +190,9 @@ def _run_plans(plans, logdir, held: contextlib.ExitStack, progress, on_run_dir, 
       except (KeyboardInterrupt, SystemExit):
         with contextlib.suppress(OSError, UserError):  # the signal is what to report
           mark_interrupted(run_dir)
+        raise
+      except Exception as e:
+        mark_failed(run_dir, e)
         raise
     lock.release()  # The worker, which logs into the directory, has stopped.
   return results

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
-import shlex
 import sys
 from typing import Sequence
 
@@ -61,11 +60,16 @@ def _parser() -> argparse.ArgumentParser:
   run.add_argument("--logdir", default="runs", help="root directory of runs (default: runs)")
   run.add_argument("--no-progress", action="store_true",
                    help="no progress bar (it is off anyway when stdout is not a terminal)")
+  run.add_argument("--jobs", type=_positive_int, default=1, metavar="N",
+                   help="play N runs of the study at once, each a process on its share of"
+                        " the CPUs (default: 1, one after another in this process)")
   start = run.add_mutually_exclusive_group()
-  start.add_argument("--resume", nargs="?", const=True, default=None, metavar="RUN_DIR",
-                     help="resume RUN_DIR from its last checkpoint, or without RUN_DIR the"
-                          " newest incomplete run of each variant (having none is an"
-                          " error); without this flag every run starts a new directory")
+  start.add_argument("--resume", nargs="?", const=True, default=None, metavar="DIR",
+                     help="continue the study: complete runs are left alone, interrupted"
+                          " ones continue from their checkpoints, the others start. DIR: a"
+                          " study (<logdir>/<name>) or one run directory; without DIR,"
+                          " CONFIG's study, or without CONFIG the newest incomplete run's;"
+                          " without this flag every run starts a new directory")
   start.add_argument("--fresh", action="store_true",
                      help="start a new run directory (the default; nothing is deleted)")
 
@@ -131,6 +135,16 @@ def _parser() -> argparse.ArgumentParser:
   return parser
 
 
+def _positive_int(text: str) -> int:
+  try:
+    value = int(text)
+  except ValueError:
+    value = 0
+  if value < 1:
+    raise argparse.ArgumentTypeError(f"'{text}' is not a positive integer")
+  return value
+
+
 def _seed_list(text: str) -> list[int]:
   """'0,1,2' -> [0, 1, 2] (argparse reports the error for anything else)."""
   try:
@@ -147,58 +161,142 @@ def _overrides(args) -> list[str]:
   return args.overrides + ([f"seeds=[{','.join(map(str, seeds))}]"] if seeds else [])
 
 
+def _is_study_dir(path: pathlib.Path) -> bool:
+  from fedsim.study.plan import is_study_dir  # NumPy: after the signal handlers
+  return is_study_dir(path)
+
+
 def _run(args) -> int:
-  from fedsim import api
-  from fedsim.reporting.summary import run_summary
-  config, resume, overrides = args.config, args.resume, _overrides(args)
-  if config is None:
-    config, resume = _run_to_resume(args)
-    overrides = ["seeds=[]", *overrides]  # the run's own `seed`; `seeds` made its siblings
-  started = []
+  target = _resume_target(args)
+  if target is not None and not _is_study_dir(target) and (target / "config.yaml").is_file():
+    return _run_one(args, target)
+  from fedsim.study import runner
+  started: list[pathlib.Path] = []
+
+  def planned(study_dir: pathlib.Path) -> None:
+    started.append(study_dir)
+    _hint_forced_exit(_resume_command(study_dir, args.plugins))
+  on_start = _announce if args.jobs > 1 else (lambda run: None)
   try:
-    results = api.run(config, overrides, logdir=args.logdir,
-                      progress=False if args.no_progress else None,
-                      on_run_dir=started.append, resume=resume, fresh=args.fresh,
-                      variant=args.variant)
+    if args.config is None:
+      study = runner.resume_study(target, args.overrides, jobs=args.jobs,
+                                  progress=_progress(args), plugins=args.plugins,
+                                  on_plan=planned, on_start=on_start)
+    else:
+      if target is not None:  # `--resume STUDY_DIR` with its CONFIG
+        args.logdir = str(target.parent)
+      study = runner.run_study(args.config, _overrides(args), logdir=args.logdir,
+                               variant=args.variant, resume=args.resume is not None,
+                               jobs=args.jobs, progress=_progress(args),
+                               plugins=args.plugins, on_plan=planned,
+                               on_start=on_start, study_name=target.name if target else None)
   except (KeyboardInterrupt, RunFailed, HostError, OSError) as e:
     if started:  # main() prints it after the error
-      e.add_note("resume with: " + shlex.join(
-          ["fedsim", "run", "--resume", str(started[-1]),
-           *(f"--plugin={plugin}" for plugin in args.plugins)]))
+      e.add_note("resume with: " + _resume_command(started[-1], args.plugins))
+    raise
+  return _study_report(study, args.plugins)
+
+
+def _hint_forced_exit(command: str) -> None:
+  from fedsim.runtime import signals  # pylint: disable=g-import-not-at-top
+  signals.set_resume_hint(f"resume with: {command}")
+
+
+def _progress(args) -> bool | None:
+  return False if args.no_progress else None
+
+
+def _announce(run) -> None:
+  print(f"started {run.name()} ({run.run_dir})", flush=True)
+
+
+def _resume_command(path: pathlib.Path, plugins: Sequence[str]) -> str:
+  from fedsim import invocation
+  return invocation.command("fedsim", ["run", "--resume", str(path),
+                                       *(f"--plugin={plugin}" for plugin in plugins)])
+
+
+def _study_report(study, plugins: Sequence[str]) -> int:
+  """Prints each run's summary and the study's status table; 1 if a run failed."""
+  from fedsim import invocation
+  from fedsim.experiment.status import run_status, status_table
+  from fedsim.reporting.summary import run_summary
+  for outcome in study.outcomes:
+    if outcome.result is not None:
+      print(run_summary(outcome.result, outcome.run.label))
+  for run in study.live:
+    print(f"{run.name()}: left alone, another process is running {run.run_dir}")
+  print(status_table([run_status(r.run_dir) for r in study.planned],
+                     [r.name() for r in study.planned]))
+  print(f"logs: {study.study_dir}\n"
+        f"view: {invocation.command('tensorboard', ['--logdir', str(study.study_dir)])}")
+  if not study.failed:
+    return 0
+  retry = any(run_status(o.run.run_dir).resumable for o in study.failed)
+  hint = f"; resume with: {_resume_command(study.study_dir, plugins)}" if retry else ""
+  if len(study.planned) == 1:
+    print(f"fedsim: run failed: {study.failed[0].error}{hint}", file=sys.stderr)
+    return 1
+  for outcome in study.failed:
+    print(f"fedsim: run failed: {outcome.run.name()}: {outcome.error}", file=sys.stderr)
+  print(f"fedsim: {len(study.failed)} of {len(study.planned)} runs failed; see"
+        f" `fedsim status {study.study_dir}`{hint}", file=sys.stderr)
+  return 1
+
+
+def _run_one(args, run_dir: pathlib.Path) -> int:
+  """`fedsim run [CONFIG] --resume RUN_DIR`: that one run."""
+  from fedsim import api, invocation
+  from fedsim.reporting.summary import run_summary
+  config, overrides = args.config, _overrides(args)
+  if config is None:
+    config, overrides = run_dir / "config.yaml", ["seeds=[]", *overrides]
+  _hint_forced_exit(_resume_command(run_dir, args.plugins))
+  try:
+    results = api.run(config, overrides, logdir=args.logdir, progress=_progress(args),
+                      resume=run_dir, variant=args.variant)
+  except (KeyboardInterrupt, RunFailed, HostError, OSError) as e:
+    e.add_note("resume with: " + _resume_command(run_dir, args.plugins))
     raise
   items = results.items() if isinstance(results, dict) else [(None, results)]
-  experiment_dir = None
   for variant, result in items:
     print(run_summary(result, variant))
-    experiment_dir = result.run_dir.parent
-  print(f"logs: {experiment_dir}\nview: tensorboard --logdir {experiment_dir}")
+  print(f"logs: {run_dir}\nview: {invocation.command('tensorboard', ['--logdir', str(run_dir)])}")
   return 0
 
 
-def _run_to_resume(args) -> tuple[pathlib.Path, pathlib.Path]:
-  """(config.yaml, run directory) for `fedsim run --resume [RUN_DIR]` without
-  CONFIG: RUN_DIR, or the newest incomplete run under --logdir."""
+def _resume_target(args) -> pathlib.Path | None:
+  """The directory `--resume` names: RUN_DIR or a study directory as given,
+  without one the newest incomplete run's study under --logdir (None without
+  --resume, or with `--resume` and CONFIG: the config's own study)."""
   from fedsim.experiment.status import find_runs
   from fedsim.reporting.rundir import read_status
   if args.resume is None:
-    raise UserError("run: CONFIG.yaml is required, unless --resume [RUN_DIR] continues a run")
-  if args.seeds or args.variant:
+    if args.config is None:
+      raise UserError("run: CONFIG.yaml is required, unless --resume [DIR] continues runs")
+    return None
+  if args.config is None and (args.seeds or args.variant):
     raise UserError(f"{'--seeds' if args.seeds else '--variant'}: a run directory is one run;"
                     " give CONFIG.yaml to choose runs")
-  if args.resume is True:
-    statuses = {d: read_status(d)[0] for d in find_runs(args.logdir)}
-    # 'running' is a live run (a dead writer on this host reads as 'killed').
-    incomplete = [d for d, status in statuses.items() if status not in ("completed", "running")]
-    if not incomplete:
-      live = [str(d) for d, status in statuses.items() if status == "running"]
-      raise UserError(f"--resume: no incomplete run under {args.logdir}"
-                      + (f" that is not live ({', '.join(live)} still running)" if live else ""))
-    run_dir = max(incomplete, key=lambda d: (d / "config.yaml").stat().st_mtime)
-  else:
-    run_dir = pathlib.Path(args.resume)
-  if not (run_dir / "config.yaml").is_file():
-    raise UserError(f"--resume {run_dir}: not a fedsim run directory (no config.yaml)")
-  return run_dir / "config.yaml", run_dir
+  if args.resume is not True:
+    target = pathlib.Path(args.resume)
+    if not target.is_dir():
+      raise UserError(f"--resume {target}: no such directory")
+    if not _is_study_dir(target) and not (target / "config.yaml").is_file():
+      raise UserError(f"--resume {target}: not a fedsim run or study directory (no"
+                      " config.yaml, no study.yaml)")
+    return target
+  if args.config is not None:
+    return None
+  statuses = {d: read_status(d)[0] for d in find_runs(args.logdir)}
+  # 'running' is a live run (a dead writer on this host reads as 'killed').
+  incomplete = [d for d, status in statuses.items() if status not in ("completed", "running")]
+  if not incomplete:
+    live = [str(d) for d, status in statuses.items() if status == "running"]
+    raise UserError(f"--resume: no incomplete run under {args.logdir}"
+                    + (f" that is not live ({', '.join(live)} still running)" if live else ""))
+  run_dir = max(incomplete, key=lambda d: (d / "config.yaml").stat().st_mtime)
+  return run_dir.parent if _is_study_dir(run_dir.parent) else run_dir
 
 
 def _validate(args) -> int:
@@ -240,10 +338,25 @@ def _compare(args) -> int:
 
 
 def _status(args) -> int:
-  from fedsim.experiment.status import find_runs, run_status
-  statuses = [run_status(run_dir) for run_dir in find_runs(args.path)]
-  for status in statuses:
-    print(status.line())
+  from fedsim.experiment.status import find_runs, run_status, status_table
+  path = pathlib.Path(args.path)
+  if not _is_study_dir(path):
+    statuses = [run_status(run_dir) for run_dir in find_runs(path)]
+    for status in statuses:
+      print(status.line())
+  else:
+    from fedsim.study.plan import read_plan
+    planned = read_plan(path)
+    statuses = [run_status(run.run_dir) for run in planned]
+    print(status_table(statuses, [run.name() for run in planned]))
+    listed = {run.run_dir for run in planned}
+    others = [d for d in path.iterdir() if (d / "config.yaml").is_file() and d not in listed]
+    if others:
+      print(f"also here, from earlier studies: {len(others)} run"
+            f" director{'ies' if len(others) > 1 else 'y'} (fedsim status {path / others[0].name}"
+            " for one)")
+    if any(s.resumable for s in statuses):
+      print(f"resume with: {_resume_command(path, [])}")
   return 1 if any(s.status == "unreadable" or s.damaged for s in statuses) else 0
 
 

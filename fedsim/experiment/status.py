@@ -14,13 +14,21 @@ import dataclasses
 import os
 import pathlib
 import time
+from typing import Sequence
 
 import yaml
 
+from fedsim import invocation
 from fedsim.errors import UserError
 from fedsim.experiment.checkpoint import intact_checkpoints
+from fedsim.metric_names import EVAL_ACCURACY, TRAIN_LOSS
+from fedsim.reporting.ownership import parse_writer
 from fedsim.reporting.rundir import read_status
 from fedsim.reporting.sinks import read_metrics_csv
+
+# Why a failed run would fail again from its checkpoint: the same rounds
+# replay the same arithmetic (fedsim.experiment.round_result).
+_REPEATS = ("training diverged",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,8 +38,10 @@ class RunStatus:
   Attributes:
     run_dir: the directory.
     status: 'running', 'completed', 'failed', 'interrupted', 'killed' (its
-      status says running but its process is gone), 'unknown' when it has no
-      status file, or 'unreadable' when one of its files is.
+      status says running but its process is gone), 'not started' (a planned
+      run: no status, no metrics, no checkpoint), 'unknown' when it has no
+      status file but logged something, or 'unreadable' when one of its
+      files is.
     message: why it failed or stopped, from the status file ('' if none), or
       which file is unreadable and why.
     rounds_done: the last round in metrics.csv (0 if none).
@@ -40,6 +50,10 @@ class RunStatus:
       where `fedsim run --resume` continues.
     idle_seconds: seconds since the run last wrote metrics.csv or its status.
     damaged: one line per damaged file (also at the head of `message`).
+    pid: the process writing it, while 'running' (None otherwise).
+    last_metric: (name, value) of its last eval/accuracy, else train/loss
+      (None before its first round).
+    no_intact_checkpoint: it has checkpoints and every one is damaged.
   """
 
   run_dir: pathlib.Path
@@ -50,6 +64,20 @@ class RunStatus:
   checkpoint: int | None
   idle_seconds: float
   damaged: tuple[str, ...] = ()
+  pid: int | None = None
+  last_metric: tuple[str, float] | None = None
+  no_intact_checkpoint: bool = False
+
+  @property
+  def resumable(self) -> bool:
+    """Whether `fedsim run --resume` can continue it: it stopped (not
+    completed, not live), its logs read, a checkpoint is intact or none was
+    ever written (it restarts), and its failure is not one a replay repeats."""
+    if self.status in ("completed", "running", "unreadable") or self.no_intact_checkpoint:
+      return False
+    if any("metrics.csv" in reason for reason in self.damaged):
+      return False
+    return not (self.status == "failed" and any(r in self.message for r in _REPEATS))
 
   def line(self) -> str:
     """One line: directory, status, progress, resume point, and why."""
@@ -62,7 +90,10 @@ class RunStatus:
       # A run on another host may have been killed there: a long silence says so.
       parts.append(f"last write {_duration(self.idle_seconds)} ago")
     text = ", ".join(parts)
-    return f"{text}: {self.message}" if self.message else text
+    message = self.message
+    if self.status == "killed" and self.resumable:  # it could not say so itself
+      message += f"; resume with: {invocation.command('fedsim', ['run', '--resume', str(self.run_dir)])}"
+    return f"{text}: {message}" if message else text
 
 
 def run_status(run_dir: str | os.PathLike, now: float | None = None) -> RunStatus:
@@ -90,6 +121,8 @@ def run_status(run_dir: str | os.PathLike, now: float | None = None) -> RunStatu
     rows = []
     damaged.append(str(e))
   checkpoint, bad_checkpoints = intact_checkpoints(run_dir)
+  status = status or ("not started" if not rows and checkpoint is None and not bad_checkpoints
+                      and not metrics.is_file() else "unknown")
   damaged.extend(f"damaged checkpoint {reason}" for reason in bad_checkpoints)
   if damaged:
     message = "; ".join([*damaged, *([message] if message else [])])
@@ -97,11 +130,48 @@ def run_status(run_dir: str | os.PathLike, now: float | None = None) -> RunStatu
   now = time.time() if now is None else now
   # metrics.csv may be the damaged file: the checkpoint still says how far it got.
   done = int(rows[-1]["round"]) if rows else (checkpoint.round_num if checkpoint else 0)
-  return RunStatus(run_dir=run_dir, status=status or "unknown", message=message,
+  return RunStatus(run_dir=run_dir, status=status, message=message,
                    rounds_done=done, rounds=_configured_rounds(run_dir),
                    checkpoint=checkpoint.round_num if checkpoint else None,
                    idle_seconds=max(0.0, now - max(written)) if written else 0.0,
-                   damaged=tuple(damaged))
+                   damaged=tuple(damaged),
+                   pid=_writer_pid(run_dir) if status == "running" else None,
+                   last_metric=_last_metric(rows),
+                   no_intact_checkpoint=checkpoint is None and bool(bad_checkpoints))
+
+
+def status_table(statuses: Sequence[RunStatus], names: Sequence[str] | None = None) -> str:
+  """One aligned table, a row per run: run (`names`, else the directory),
+  state, round reached of total, last metric, pid while running, and why it
+  stopped or what is damaged."""
+  header = ("run", "state", "round", "last metric", "pid", "why")
+  rows = [header]
+  for i, s in enumerate(statuses):
+    metric = f"{s.last_metric[0]} {s.last_metric[1]:.4f}" if s.last_metric else "-"
+    total = s.rounds if s.rounds is not None else "?"
+    rows.append((names[i] if names is not None else str(s.run_dir), s.status,
+                 f"{s.rounds_done}/{total}", metric, str(s.pid) if s.pid else "-",
+                 s.message.replace("\n", " ") or "-"))
+  widths = [max(len(row[c]) for row in rows) for c in range(len(header) - 1)]
+  return "\n".join("  ".join([*(cell.ljust(w) for cell, w in zip(row, widths)), row[-1]])
+                   for row in rows)
+
+
+def _writer_pid(run_dir: pathlib.Path) -> int | None:
+  try:
+    lines = (run_dir / "status").read_text(encoding="utf-8").strip().splitlines()
+  except (OSError, UnicodeDecodeError):
+    return None
+  writer = parse_writer(lines[-1]) if lines else None
+  return writer.pid if writer else None
+
+
+def _last_metric(rows) -> tuple[str, float] | None:
+  for name in (EVAL_ACCURACY, TRAIN_LOSS):
+    values = [row[name] for row in rows if row.get(name) is not None and row[name] == row[name]]
+    if values:
+      return name, float(values[-1])
+  return None
 
 
 def find_runs(path: str | os.PathLike) -> list[pathlib.Path]:

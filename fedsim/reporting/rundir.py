@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno
 import os
 import pathlib
-import shlex
 import threading
 import time
 from typing import Any, Mapping
@@ -165,6 +164,29 @@ def mark_interrupted(run_dir: str | os.PathLike) -> None:
     write_status(run_dir, "interrupted")
 
 
+def mark_failed(run_dir: str | os.PathLike, error: BaseException) -> None:
+  """Records `error` as why the run failed, unless this process already wrote
+  how it ended (the run loop's own 'failed' with its reason, or 'completed').
+
+  For failures before the loop writes a status (the TFF worker does not
+  start): the status would still name an earlier, dead writer and read as
+  'killed'. Best effort: a status that cannot be written leaves `error` to
+  the caller's report.
+  """
+  path = pathlib.Path(run_dir) / "status"
+  try:
+    lines = path.read_text(encoding="utf-8").strip().splitlines()
+  except (OSError, UnicodeDecodeError):
+    lines = []
+  writer = parse_writer(lines[-1]) if lines else None
+  if lines and lines[0] in ("failed", "completed") and writer == this_process():
+    return
+  try:
+    write_status(run_dir, "failed", " ".join(str(error).split()) or type(error).__name__)
+  except OSError:
+    pass
+
+
 def read_status(run_dir: str | os.PathLike) -> tuple[str, str]:
   """Returns (status, message) of a run; ('', '') if it has no status file.
 
@@ -187,6 +209,5 @@ def read_status(run_dir: str | os.PathLike) -> tuple[str, str]:
   writer = parse_writer(lines[-1])
   message = "\n".join(lines[:-1] if writer else lines).rstrip("\n")
   if status == "running" and writer is not None and writer.alive() is False:
-    return KILLED, (f"process {writer.pid} ended without recording why (killed?); resume"
-                    f" with: {shlex.join(['fedsim', 'run', '--resume', str(run_dir)])}")
+    return KILLED, f"process {writer.pid} ended without recording why (killed?)"
   return status, message

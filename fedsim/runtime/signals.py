@@ -9,7 +9,11 @@
   `EXIT_DEADLINE_S` later (a call on the way out blocked, or the main thread
   sits in a C call that never returns to Python) runs the forced-exit hooks,
   SIGKILLs its workers and leaves with `os._exit`.
-* A second SIGINT leaves that way at once.
+* A second SIGINT leaves that way at once. One that follows the first within
+  `SAME_INTERRUPT_S` is the same Ctrl-C delivered twice: `uv run` forwards a
+  terminal's SIGINT to fedsim, which the terminal signalled too (its whole
+  process group); it is ignored, so one Ctrl-C still ends the run cleanly.
+* The forced exit says how to continue (`set_resume_hint`), as the clean one does.
 * Once fedsim's own cleanup is done, the CLI leaves a signalled process with
   `exit_now_if_signalled`, skipping Python's teardown.
 * At exit, TFF's own default context is dropped while Python's modules are
@@ -35,14 +39,20 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Callable, Iterator
 
 EXIT_DEADLINE_S = 8.0
+# uv's forwarded copy of a terminal's Ctrl-C arrives within milliseconds (more
+# on a loaded machine); a person's second Ctrl-C takes longer.
+SAME_INTERRUPT_S = 0.25
 _HOOK_TIMEOUT_S = 1.0
 
 _lock = threading.RLock()  # A signal handler may run while the main thread holds it.
 _installed = False
-_handled_interrupts = 0   # SIGINTs whose Python handler ran
+_first_interrupt_at: float | None = None  # when the Python handler first ran (monotonic)
+_resume_hint = ""
+_stderr_fd: int | None = None  # fd 2 as it was when the handlers were installed
 _signalled = False        # a SIGINT or SIGTERM has started this exit
 _deadline: threading.Timer | None = None
 _exiting = threading.Lock()
@@ -56,12 +66,16 @@ def install_exit_handlers() -> None:
   and nothing the second time. Replaces Python's signal wakeup fd, which an
   asyncio loop running in the main thread would also use (not the CLI's case).
   """
-  global _installed
+  global _installed, _stderr_fd
   if threading.current_thread() is not threading.main_thread():
     return
   with _lock:
     if _installed:
       return
+    try:
+      _stderr_fd = os.dup(2)
+    except OSError:
+      _stderr_fd = None  # no stderr to write to
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
     signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
@@ -112,13 +126,22 @@ def exit_now_if_signalled(code: int) -> None:
   os._exit(code)  # pylint: disable=protected-access
 
 
+def set_resume_hint(hint: str) -> None:
+  """What a forced exit adds to its line, e.g. 'resume with: fedsim run --resume DIR'."""
+  global _resume_hint
+  _resume_hint = hint
+
+
 def _on_sigint(signum, frame) -> None:
   del signum
-  global _handled_interrupts, _signalled
+  global _first_interrupt_at, _signalled
   _signalled = True
-  _handled_interrupts += 1
-  if _handled_interrupts > 1:
-    force_exit(130, "interrupted again; exiting now")
+  now = time.monotonic()
+  if _first_interrupt_at is not None:
+    if now - _first_interrupt_at > SAME_INTERRUPT_S:
+      force_exit(130, "interrupted again; exiting now")
+    return  # the first one's KeyboardInterrupt is already on its way
+  _first_interrupt_at = now
   _raise_outside_tensorflow(frame, KeyboardInterrupt())
 
 
@@ -143,7 +166,7 @@ def _raise_outside_tensorflow(frame, error: BaseException) -> None:
   at once, as before.
   """
   caller = _guarded_caller(frame)
-  if caller is None or sys.gettrace() is not None:
+  if caller is None or sys.gettrace() is not None or _importing(frame):
     raise error
 
   def raise_in_caller(traced, event, arg):
@@ -159,6 +182,18 @@ def _raise_outside_tensorflow(frame, error: BaseException) -> None:
 def _trace_no_calls(frame, event, arg) -> None:
   del frame, event, arg
   return None
+
+
+def _importing(frame) -> bool:
+  """Whether `frame` runs inside an import (start-up: TensorFlow's modules
+  loading). No TensorFlow C call is under way to call back into Python, and
+  waiting for the import to return would take longer than the exit deadline
+  (20-40 s on a loaded machine): the interrupt is raised at once."""
+  while frame is not None:
+    if frame.f_code.co_filename.startswith("<frozen importlib"):
+      return True
+    frame = frame.f_back
+  return False
 
 
 def _guarded_caller(frame):
@@ -184,16 +219,18 @@ def _guarded_caller(frame):
 
 
 def _watch(read_fd: int) -> None:
-  interrupts = 0
+  first_interrupt_at = None
   while True:
     try:
       received = os.read(read_fd, 64)
     except InterruptedError:
       continue
+    now = time.monotonic()
     for signum in received:
       if signum == signal.SIGINT:
-        interrupts += 1
-        if interrupts > 1:
+        if first_interrupt_at is None:
+          first_interrupt_at = now
+        elif now - first_interrupt_at > SAME_INTERRUPT_S:
           force_exit(130, "interrupted again; exiting now")
       if signum in (signal.SIGINT, signal.SIGTERM):
         _arm_deadline(128 + signum)
@@ -226,7 +263,10 @@ def force_exit(code: int, why: str) -> None:
   if worker is not None:
     worker.kill_all()
   try:
-    os.write(2, f"fedsim: {why}\n".encode())
+    # The terminal's stderr: fd 2 may be held back by a filter at this moment
+    # (fedsim.backend.quiet), whose replay a forced exit never reaches.
+    os.write(_stderr_fd if _stderr_fd is not None else 2,
+             f"fedsim: {why}{'; ' + _resume_hint if _resume_hint else ''}\n".encode())
   except OSError:
     pass
   os._exit(code)  # pylint: disable=protected-access

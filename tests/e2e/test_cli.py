@@ -160,10 +160,10 @@ def test_run_without_config_resumes_a_run_directory(tmp_path, capsys):
   from fedsim import cli
   assert cli.main(["run", "--logdir", str(tmp_path)]) == 2
   assert capsys.readouterr().err == ("fedsim: error: run: CONFIG.yaml is required, unless"
-                                     " --resume [RUN_DIR] continues a run\n")
+                                     " --resume [DIR] continues runs\n")
   assert cli.main(["run", "--resume", str(tmp_path)]) == 2
   assert capsys.readouterr().err == (f"fedsim: error: --resume {tmp_path}: not a fedsim run"
-                                     " directory (no config.yaml)\n")
+                                     " or study directory (no config.yaml, no study.yaml)\n")
   # `--resume` alone: the newest run under --logdir that did not complete.
   for i, (run, status) in enumerate([("a/1", "interrupted"), ("b/2", "failed"),
                                      ("a/3", "completed")]):
@@ -171,19 +171,22 @@ def test_run_without_config_resumes_a_run_directory(tmp_path, capsys):
     (tmp_path / run / "config.yaml").write_text("name: x\n")
     (tmp_path / run / "status").write_text(status + "\n")
     os.utime(tmp_path / run / "config.yaml", (1e9 + i, 1e9 + i))
-  args = argparse.Namespace(resume=True, logdir=str(tmp_path), seeds=None, variant=None)
-  assert cli._run_to_resume(args) == (tmp_path / "b/2/config.yaml", tmp_path / "b/2")
+  args = argparse.Namespace(resume=True, logdir=str(tmp_path), seeds=None, variant=None,
+                            config=None)
+  assert cli._resume_target(args) == tmp_path / "b/2"
   # A live run (its writer, this process, is alive) is passed over, not picked to be refused.
   (tmp_path / "c/4").mkdir(parents=True)
   (tmp_path / "c/4/config.yaml").write_text("name: x\n")
   from fedsim.reporting.rundir import write_status
   write_status(tmp_path / "c/4", "running")
-  assert cli._run_to_resume(args) == (tmp_path / "b/2/config.yaml", tmp_path / "b/2")
+  assert cli._resume_target(args) == tmp_path / "b/2"
+  (tmp_path / "b/study.yaml").write_text("runs: [{run: '2', dir: '2'}]\n")
+  assert cli._resume_target(args) == tmp_path / "b"  # the study it belongs to
   for run in ("a/1", "b/2"):
     (tmp_path / run / "status").write_text("completed\n")
   with pytest.raises(UserError, match=r"no incomplete run under .* that is not live \(.*c/4"
                                       r" still running\)$"):
-    cli._run_to_resume(args)
+    cli._resume_target(args)
   assert cli.main(["run", "--resume", "--logdir", str(tmp_path), "--variant", "v"]) == 2
   assert "--variant: a run directory is one run" in capsys.readouterr().err
 

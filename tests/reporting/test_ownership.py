@@ -66,8 +66,8 @@ def test_running_status_of_a_dead_writer_reads_killed(tmp_path, sleeper):
   sleeper.wait()
   status, message = rundir.read_status(tmp_path)
   assert status == "killed"
-  assert message == (f"process {sleeper.pid} ended without recording why (killed?); resume"
-                     f" with: fedsim run --resume {tmp_path}")
+  # `fedsim status` offers the resume, only when one can succeed (test_status.py).
+  assert message == f"process {sleeper.pid} ended without recording why (killed?)"
   # Only 'running' can be a lie; a file without a writer line reads as written.
   (tmp_path / "status").write_text(f"failed\nboom\nwriter: pid {sleeper.pid} on {host}"
                                    f" started {start}\n")

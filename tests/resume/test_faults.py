@@ -62,9 +62,10 @@ def test_changed_config_is_refused_with_the_keys(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--resume"], "--resume: no incomplete run of faults under {tmp}/faults to resume"),
-    (["--resume", "{tmp}/nope"], "--resume {tmp}/nope: no such run directory"),
-    (["--resume", "{tmp}"], "--resume {tmp}: not a fedsim run directory"),
+    (["--resume"], "--resume: no run of faults under {tmp}/faults to resume; leave out"
+                   " --resume to start the study"),
+    (["--resume", "{tmp}/nope"], "--resume {tmp}/nope: no such directory"),
+    (["--resume", "{tmp}"], "--resume {tmp}: not a fedsim run or study directory"),
 ])
 def test_nothing_to_resume(tmp_path, capsys, args, message):
   path = tmp_path / "c.yaml"
@@ -195,7 +196,7 @@ def test_full_disk_fails_in_one_line_and_the_run_resumes_once_freed(
   error, hint = err[0].split("; resume with: ")
   assert re.fullmatch(rf"fedsim: error: no space left on device \(writing .*{run_dir}/.*\)",
                       error), err
-  assert hint == f"fedsim run --resume {run_dir}"
+  assert hint == f"fedsim run --resume {logdir / 'faults'}"  # the whole study
   status, message = read_status(run_dir)
   assert status == "failed" and message == error[len("fedsim: error: "):]
   assert ckpt.latest_checkpoint(run_dir).round_num == 1
@@ -232,7 +233,7 @@ def test_an_interrupted_run_says_so_and_resumes(tff_runtime, tmp_path, monkeypat
   if stop is KeyboardInterrupt:
     # The command printed, which retypes neither the config nor the --set keys.
     assert (code, err) == (
-        130, [f"fedsim: interrupted; resume with: fedsim run --resume {run_dir}"])
+        130, [f"fedsim: interrupted; resume with: fedsim run --resume {run_dir.parent}"])
     command = shlex.split(err[0].split("resume with: ")[1])
     assert command[:2] == ["fedsim", "run"]
     code, err = _main(capsys, *command[2:])

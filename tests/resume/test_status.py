@@ -38,7 +38,7 @@ def test_one_line_per_run_with_status_round_checkpoint_and_reason(tmp_path, caps
       f"{done}: completed, round 5 of 5",
       f"{failed}: failed, round 3 of 5, checkpoint at round 2: round 4: training diverged"
       " (train/loss = nan)",
-      f"{never}: unknown, round 0 of 5, no checkpoint",
+      f"{never}: not started, round 0 of 5, no checkpoint",
   ]
   assert cli.main(["status", str(failed)]) == 0  # one run directory
   assert capsys.readouterr().out.count("\n") == 1

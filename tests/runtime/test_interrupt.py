@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import pathlib
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -76,7 +77,7 @@ def test_ctrl_c_ends_the_run_promptly(runtime, trial, tmp_path):
     while _status(run_dir) != "running":
       assert proc.poll() is None, proc.communicate()
       assert time.monotonic() < deadline, "the run never started"
-      runs = list((tmp_path / "runs" / "interrupt").glob("*"))
+      runs = [p.parent for p in (tmp_path / "runs" / "interrupt").glob("*/config.yaml")]
       run_dir = runs[0] if runs else None
       time.sleep(0.05)
     delay = random.Random(f"{runtime}-{trial}").uniform(0.0, 3.0)
@@ -92,7 +93,9 @@ def test_ctrl_c_ends_the_run_promptly(runtime, trial, tmp_path):
     print(f"\n{runtime} trial {trial}: Ctrl-C {delay:.2f} s into the run, exited"
           f" {proc.returncode} after {took:.2f} s")
     assert proc.returncode == 130, err
-    assert err.endswith(f"fedsim: interrupted; resume with: fedsim run --resume {run_dir}\n")
+    # The whole study's command, as this process was started (`python -m fedsim.cli`).
+    assert re.search(rf"fedsim: interrupted; resume with: \S*python\S* -m fedsim\.cli run"
+                     rf" --resume {re.escape(str(run_dir.parent))}\n$", err), err
     assert "Traceback" not in err, err
     assert _status(run_dir) == "interrupted"
     assert left_after(marker, 5) == []  # PDEATHSIG kills are asynchronous
