@@ -179,11 +179,10 @@ def _run_plans(plans, logdir, held: contextlib.ExitStack, progress, on_run_dir, 
     with signals.forced_exit_hook(lambda d=run_dir: mark_interrupted(d)):
       try:
         write_config(run_dir, resolved)
-        # A runtime with a close() (ray's actors and private instance) ends with the run.
+        # What the runtime holds (ray's actors and private instance) ends with the run.
         with session(str(run_dir / "worker.log"),
                      cfg.runtime.params.max_concurrent_computation_calls) as runtime, \
-            (contextlib.closing(sim.round_process) if hasattr(sim.round_process, "close")
-             else contextlib.nullcontext()):
+            contextlib.closing(sim.round_process):
           results[variant] = run_rounds(sim, run_dir, resolved, progress=progress,
                                         check_runtime=runtime.check_alive,
                                         resume_from=checkpoint, on_round=on_round)

@@ -106,7 +106,7 @@ def build_fedbuff(params: FedBuffParams, task: Task) -> FederatedAlgorithm:
   result_type = work.client_fn.type_signature.result[0]
   aggregator, _ = stages.update_aggregator(task, result_type.update, kind)
   distributor = stages.distributor(task)
-  process = buffered.compose_buffered(
+  process, dispatch_process = buffered.compose_buffered(
       stages.initial_weights_computation(task), distributor, work.client_fn,
       work.finalize_metrics, weigh, aggregator,
       tff.learning.templates.build_apply_optimizer_finalizer(
@@ -114,6 +114,6 @@ def build_fedbuff(params: FedBuffParams, task: Task) -> FederatedAlgorithm:
   return buffered.BufferedAlgorithm(
       process=process, client_plan=plan, upload_extras_types=sync.upload_extras_types,
       sizing_process=sync.sizing_process, aggregation_plan=sync.aggregation_plan,
-      client_update=buffered.compose_dispatch(distributor, work.client_fn),
+      dispatch_process=dispatch_process,
       concurrency=params.concurrency,
       max_staleness=params.max_staleness)

@@ -61,7 +61,8 @@ class InFlight:
   client: str = dataclasses.field(compare=False)
   version: int = dataclasses.field(compare=False)  # server version it downloaded
   group: int = dataclasses.field(compare=False)    # dispatch group (sampling seed)
-  result: Any = dataclasses.field(compare=False)   # (ClientResult, stats), None if it fails
+  # Its dispatch output as NumPy ({update, update_weight, stats}), None if it fails.
+  result: Any = dataclasses.field(compare=False)
 
 
 def is_buffered(sim: Simulation) -> bool:
@@ -131,7 +132,7 @@ class BufferedRounds:
         stale += 1
       else:
         buffer.append((client, staleness))
-    arrivals = [arrival(*c.result, staleness=s) for c, s in buffer]
+    arrivals = [arrival(c.result, staleness=s) for c, s in buffer]
     begin = time.perf_counter()
     with quiet.filtered_stderr():  # TFF compiles at the first call.
       state, measurements = sim.round_process.next(state, arrivals)
@@ -174,8 +175,10 @@ class BufferedRounds:
         wire_bits=(sim.wire.broadcast, sim.wire.aggregate), population=sim.data.client_ids)
     failed = set(outcome.failed)
     reporting = [c for c in chosen if c not in failed]
-    with quiet.filtered_stderr():  # TFF compiles at the first call.
-      state, trained = self.sim.algorithm.dispatch(state, list(clients.only(reporting)))
+    trained = []
+    if reporting:  # no client trains: no download, the distributor's state stays
+      with quiet.filtered_stderr():  # TFF compiles at the first call.
+        state, _, trained = sim.dispatch_process.next(state, clients.only(reporting))
     results = dict(zip(reporting, (_as_arrays(r) for r in trained)))
     for cid in chosen:
       self.dispatches += 1
@@ -203,12 +206,11 @@ class BufferedRounds:
     }
     reporting = [c for c in flights if c.result is not None]
     for i, flight in enumerate(reporting):
-      result, stats = flight.result
-      for j, u in enumerate(result.update):
-        out[f"r{i}_update_{j}"] = np.asarray(u)
-      out[f"r{i}_update_weight"] = np.asarray(result.update_weight)
-      for key, value in stats.items():
-        out[f"r{i}_stats_{key}"] = np.asarray(value)
+      for j, u in enumerate(flight.result["update"]):
+        out[f"r{i}_update_{j}"] = u
+      out[f"r{i}_update_weight"] = flight.result["update_weight"]
+      for key, value in flight.result["stats"].items():
+        out[f"r{i}_stats_{key}"] = value
     return out
 
   def _restore(self, path: pathlib.Path) -> None:
@@ -232,8 +234,9 @@ class BufferedRounds:
         stats = collections.OrderedDict(
             (k[len(prefix + "stats_"):], arrays[k]) for k in arrays
             if k.startswith(prefix + "stats_"))
-        result = (_Result(tuple(arrays[f"{prefix}update_{j}"] for j in range(n)),
-                          arrays[prefix + "update_weight"]), stats)
+        result = collections.OrderedDict(
+            update=tuple(arrays[f"{prefix}update_{j}"] for j in range(n)),
+            update_weight=arrays[prefix + "update_weight"], stats=stats)
       self.in_flight.append(InFlight(
           finish=float(arrays["finish"][i]), dispatch=int(arrays["dispatch"][i]),
           client=ids[int(arrays["client"][i])], version=int(arrays["version"][i]),
@@ -241,14 +244,9 @@ class BufferedRounds:
     heapq.heapify(self.in_flight)
 
 
-@dataclasses.dataclass(frozen=True)
-class _Result:
-  update: tuple
-  update_weight: Any
-
-
-def _as_arrays(trained) -> tuple[_Result, collections.OrderedDict]:
-  """A client's (ClientResult, stats) from the runtime as NumPy, as checkpoints store it."""
-  result, stats = trained
-  return (_Result(tuple(np.asarray(u) for u in result.update), np.asarray(result.update_weight)),
-          collections.OrderedDict((k, np.asarray(v)) for k, v in stats.items()))
+def _as_arrays(output) -> collections.OrderedDict:
+  """A client's dispatch output from the runtime as NumPy, as checkpoints store it."""
+  return collections.OrderedDict(
+      update=tuple(np.asarray(u) for u in output["update"]),
+      update_weight=np.asarray(output["update_weight"]),
+      stats=collections.OrderedDict((k, np.asarray(v)) for k, v in output["stats"].items()))

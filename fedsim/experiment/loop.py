@@ -28,11 +28,11 @@ from fedsim.experiment.client_states import ClientStateStore
 from fedsim.experiment.round_info import RoundInfo
 from fedsim.experiment.round_result import RoundResult, round_metrics
 from fedsim.experiment.run_state import Run, RunResult
-from fedsim.experiment.simulation import RoundClients, Simulation, round_input
+from fedsim.experiment.simulation import RoundClients, Simulation
 from fedsim.experiment.system import RoundOutcome, simulate_round
 from fedsim.metric_names import (CLIENTS_AGGREGATED, CLIENTS_FAILED, ROUND_SIMULATED_SECONDS,
                                  ROUND_SKIPPED, SIMULATED_SECONDS)
-from fedsim.runtime.mixed import next_mixed
+from fedsim.runtime.mixed import Group, next_mixed
 from fedsim.sizing import SizeInfo
 
 __all__ = ["CLIENTS_CSV", "FINAL_MODEL", "RunResult", "run_rounds"]
@@ -134,20 +134,11 @@ def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_n
                f" of {len(outcome.sampled)} sampled clients reported, fewer than"
                f" system.min_clients={config.system.min_clients}")
   else:
-    process = sim.round_process
-    data = round_input(process, clients.only(outcome.aggregated))
     begin = time.perf_counter()
     # TFF compiles the round at its first call, and grappler logs known noise.
     with quiet.filtered_stderr():
-      if values is not None:
-        state, measurements, state_metrics = _play_controlled(
-            sim, state, states, clients, outcome.aggregated, values, round_num)
-      elif states is None:
-        state, measurements = process.next(state, data)
-      else:
-        state, measurements, new_states = process.next(
-            state, data, states.load(outcome.aggregated))
-        state_metrics = states.save(outcome.aggregated, new_states, round_num)  # residual ages
+      state, measurements, state_metrics = _run_groups(
+          sim, state, states, clients, outcome.aggregated, values, round_num)
     seconds = time.perf_counter() - begin
   aggregated = set(outcome.aggregated)
   late = [cid for cid in outcome.uploaded if cid not in aggregated]
@@ -176,25 +167,24 @@ def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_n
                      control_state=control_state, client_values=per_client)
 
 
-def _play_controlled(sim: Simulation, state, states: ClientStateStore | None,
-                     clients: RoundClients, aggregated: Sequence[str],
-                     values: Mapping[str, float], round_num: int):
-  """The round of clients whose encoder parameters differ: each value's clients
-  run that value's round (`fedsim.runtime.mixed`). Returns (state,
+def _run_groups(sim: Simulation, state, states: ClientStateStore | None,
+                clients: RoundClients, aggregated: Sequence[str],
+                values: Mapping[str, float] | None, round_num: int):
+  """The round of the `aggregated` clients, as groups of one round each
+  (`fedsim.runtime.mixed`): with a controller's `values`, each value's clients
+  run that value's round; without, all run the run's round. Returns (state,
   measurements, client-state metrics or None)."""
-  by_value: dict[float, list[str]] = {}
+  by_process: dict[float | None, list[str]] = {}
   for cid in aggregated:
-    by_value.setdefault(values[cid], []).append(cid)
-  groups = []
-  for value, ids in by_value.items():
-    process = sim.control.variant(value).process
-    groups.append((process, round_input(process, clients.only(ids)),
-                   None if states is None else states.load(ids)))
+    by_process.setdefault(None if values is None else values[cid], []).append(cid)
+  groups = [Group(sim.round_process if value is None else sim.control.variant(value).process,
+                  clients.only(ids), None if states is None else states.load(ids))
+            for value, ids in by_process.items()]
   out = next_mixed(groups, state, sim.config.runtime.name)
   if states is None:
     return out[0], out[1], None
-  order = [cid for ids in by_value.values() for cid in ids]
-  return out[0], out[1], states.save(order, out[2], round_num)
+  order = [cid for ids in by_process.values() for cid in ids]
+  return out[0], out[1], states.save(order, out[2], round_num)  # residual ages
 
 
 def _outcome_metrics(outcome: RoundOutcome, simulated_total: float) -> dict[str, float]:

@@ -73,15 +73,6 @@ class RoundClients(Sequence):
             for cid in self.ids}
 
 
-def round_input(process, clients: RoundClients):
-  """The client data `process.next` takes: TFF's own processes need a real list
-  (every client packed now); fedsim's runtimes read `clients` lazily."""
-  import tensorflow_federated as tff
-  if isinstance(process, tff.templates.IterativeProcess):
-    return list(clients)
-  return clients
-
-
 def client_batches(sim: Simulation, round_num: int, client_ids) -> dict[str, dict[str, np.ndarray]]:
   """Packed local-training input of each client for this round (seeded), by id."""
   return {cid: pack_client(sim, round_num, cid) for cid in client_ids}

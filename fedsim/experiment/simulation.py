@@ -20,10 +20,12 @@ from fedsim.data.sampling import ClientSampler
 from fedsim.errors import UserError
 # One round's clients and the server's evaluator, importable from here as they always were.
 from fedsim.experiment.round_clients import (RoundClients, client_batches,  # noqa: F401
-                                             pack_client, round_input)
+                                             pack_client)
 from fedsim.experiment.server_eval import make_evaluator
+from fedsim.learning.buffered import BufferedAlgorithm
 from fedsim.models.functional import TaskModel, build_task_model
-from fedsim.runtime.registry import RuntimeContext, Unsupported, runtime_of
+from fedsim.runtime.contract import RoundProcess
+from fedsim.runtime.registry import RuntimeChoice, RuntimeContext, choose_runtime, runtime_of
 from fedsim.sizing import ClientWireBits
 from fedsim.sizing.mapreduce_form import client_wire_bits
 
@@ -41,9 +43,12 @@ class Simulation:
   uncompressed_wire: ClientWireBits  # the same algorithm without compression
   evaluate: Any                      # weights -> {"eval/loss", "eval/accuracy"}
   # What the loop calls each round: what the configured runtime built (see
-  # fedsim.runtime.registry), e.g. the TFF process or the compiled round.
-  round_process: Any = None
+  # fedsim.runtime.contract), e.g. TFF's process or the compiled round.
+  round_process: RoundProcess | None = None
   runtime_notice: str | None = None  # why the named runtime fell back to `local`
+  # A buffered algorithm's client training (`BufferedAlgorithm.dispatch_process`),
+  # on the same runtime; None for synchronous rounds.
+  dispatch_process: RoundProcess | None = None
   # The privacy spent so far, when the aggregation chain is differentially private.
   privacy: PrivacyLedgers | None = None
   # (weights, round) -> eval_clients/* metrics, with `eval.federated` (client_eval.py).
@@ -74,7 +79,10 @@ def build_simulation(config: ExperimentConfig) -> Simulation:
   # sized from its own compiled process too.
   uncompressed = (_uncompressed_wire_bits(config, model, len(data.client_ids))
                   if _compresses(config) else wire)
-  round_process, notice = _round_process(algorithm, config)
+  choice = _round_process(algorithm, config)
+  round_process = choice.process
+  dispatch = (choice.variant(algorithm.dispatch_round(), dispatch=True)
+              if isinstance(algorithm, BufferedAlgorithm) else None)
   control = None
   if controlled is not None:
     if algorithm.schedule != "synchronous":
@@ -85,20 +93,17 @@ def build_simulation(config: ExperimentConfig) -> Simulation:
         build_algorithm=lambda value: _build_algorithm(config, model,
                                                        num_clients=len(data.client_ids),
                                                        fixed=(controlled, value)),
-        build_process=lambda built, value: _variant_process(built, config, round_process,
-                                                            notice, value),
+        build_process=lambda built, value: choice.variant(built, fixed=value),
         size=lambda built: _wire_bits(built, _measures_own_bits(config)),
         first=Variant(controlled.spec.initial, algorithm, None, None, round_process, wire))
-  # Evaluation runs where training runs (TFF's worker after a fallback).
-  as_function = (lambda computation: computation) if notice else functools.partial(
-      runtime_of(config.runtime.name).function, params=config.runtime.params)
+  as_function = choice.function
   return Simulation(
       config=config, data=data, model=model, algorithm=algorithm,
       sampler=ClientSampler(data.client_ids, config.seed,
                             poisson_rate=config.poisson_rate(len(data.client_ids))),
       wire=wire, uncompressed_wire=uncompressed,
       evaluate=make_evaluator(model, data, config.eval.batch_size, as_function),
-      round_process=round_process, runtime_notice=notice,
+      round_process=round_process, runtime_notice=choice.notice, dispatch_process=dispatch,
       privacy=_privacy_ledgers(config, len(data.client_ids), model.num_params),
       evaluate_clients=_client_evaluator(config, model, data, as_function), control=control)
 
@@ -107,17 +112,6 @@ def _controlled(config: ExperimentConfig) -> Controlled | None:
   """The controlled encoder parameter of `config`, if any (UserError: more than one)."""
   return find_controlled({"aggregation": config.aggregation_chain(),
                           "broadcast": config.broadcast_chain()})
-
-
-def _variant_process(algorithm: FederatedAlgorithm, config: ExperimentConfig, first: Any,
-                     notice: str | None, value: float) -> Any:
-  """The round of a controlled parameter's `value` on the runtime that runs `first`
-  (the initial value's round; `local` after a fallback `notice`)."""
-  name = "local" if notice else config.runtime.name
-  runtime = runtime_of(name)
-  params = runtime.params() if notice else config.runtime.params
-  context = RuntimeContext(worker_builder=functools.partial(cluster_worker, plain(config)))
-  return runtime.build_variant(first, algorithm, params, context, value)
 
 
 def _client_evaluator(config, model, data, as_function):
@@ -153,35 +147,27 @@ def _task_model(config: ExperimentConfig, data: FederatedData) -> TaskModel:
     raise UserError(f"model.name: {e}") from None
 
 
-def _round_process(algorithm: FederatedAlgorithm,
-                   config: ExperimentConfig) -> tuple[Any, str | None]:
-  """What the configured runtime builds for `algorithm`, and a fallback notice.
-
-  A runtime that does not support the algorithm (e.g. no MapReduceForm,
-  secure aggregation on a compiled runtime) is replaced by `local`, with a
-  one-line notice naming the runtime and why.
+def _round_process(algorithm: FederatedAlgorithm, config: ExperimentConfig) -> RuntimeChoice:
+  """The configured runtime (or `local`, see `choose_runtime`) with `algorithm`'s
+  round built; a buffered algorithm's dispatch must run on it too.
 
   Raises:
     UserError, RunFailed: the runtime could not start (e.g. `ray` could not
       reach its cluster or start its workers).
   """
-  runtime, params = runtime_of(config.runtime.name), config.runtime.params
+  rounds = [algorithm]
+  if isinstance(algorithm, BufferedAlgorithm):
+    rounds.append(algorithm.dispatch_round())
   context = RuntimeContext(worker_builder=functools.partial(cluster_worker, plain(config)))
-  reason = runtime.supports(algorithm, params)
-  if reason is None:
-    try:
-      return runtime.build(algorithm, params, context), None
-    except Unsupported as e:
-      reason = str(e)
-  fallback = runtime_of("local")
-  return (fallback.build(algorithm, fallback.params(), context),
-          f"runtime.name: {config.runtime.name} cannot run this algorithm ({reason}); using local")
+  return choose_runtime(config.runtime.name, config.runtime.params, rounds, context)
 
 
-def cluster_worker(plain_config: dict[str, Any], device: str, fixed: float | None = None):
+def cluster_worker(plain_config: dict[str, Any], device: str, fixed: float | None = None,
+                   dispatch: bool = False):
   """What one `ray` worker builds once from the resolved config (in the actor);
   `fixed`: the value of the config's controlled encoder parameter to build at
-  (None: its initial value).
+  (None: its initial value); `dispatch`: a buffered algorithm's client dispatch
+  instead of its server update.
 
   Returns:
     (the compiled round, an `InProcessProcess`; `pack(round_num, ids)`, the
@@ -199,7 +185,8 @@ def cluster_worker(plain_config: dict[str, Any], device: str, fixed: float | Non
                                num_clients=len(data.client_ids), fixed=at)
   # Packing reads only the config, the data and the algorithm's client plan.
   pieces = types.SimpleNamespace(config=config, data=data, algorithm=algorithm)
-  return (inprocess.InProcessProcess(algorithm.process, device),
+  process = algorithm.dispatch_round().process if dispatch else algorithm.process
+  return (inprocess.InProcessProcess(process, device),
           lambda round_num, ids: RoundClients(pieces, round_num, ids))
 
 

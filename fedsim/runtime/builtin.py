@@ -1,7 +1,8 @@
 """fedsim's own runtimes, registered as a plugin's would be: `local`, `inprocess`, `ray`, `auto`.
 
 `auto` (the default) runs the compiled round in this process (`inprocess`)
-whenever that runtime supports the algorithm, else TFF's worker (`local`).
+whenever that runtime supports the algorithm, else TFF's worker (`local`,
+chosen by `registry.choose_runtime` without a notice).
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ class Local(Runtime):
   params = RuntimeParams
 
   def build(self, algorithm, params, context):
-    return algorithm.process
+    from fedsim.runtime.tff_process import TffProcess
+    return TffProcess(algorithm.process)
 
 
 # Compiled rounds by process: `supports` compiles, `build` reuses it.
@@ -117,22 +119,15 @@ class Ray(InProcess):
     build = functools.partial(context.worker_builder, params.device)
     return cluster.ClusterProcess(compiled, build, cluster.ClusterSpec.of(params))
 
-  def build_variant(self, first, algorithm, params, context, value):
+  def build_variant(self, first, algorithm, params, context, rebuild):
     # The same actors: each builds the variant's round itself on first use.
-    return first.with_variant(self._compiled(algorithm, params), value)
+    return first.with_variant(self._compiled(algorithm, params), rebuild)
 
 
 class Auto(InProcess):
   """The fastest runtime here that runs the algorithm: inprocess, else local."""
 
-  def supports(self, algorithm, params) -> str | None:
-    return None
-
-  def build(self, algorithm, params, context):
-    try:
-      return self._compiled(algorithm, params)
-    except Unsupported:
-      return algorithm.process
+  quiet_fallback = True
 
   def function(self, computation, params) -> Any:
     from fedsim.runtime.inprocess import NotCompilable

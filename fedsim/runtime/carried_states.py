@@ -1,14 +1,17 @@
-"""How the compiled round carries the states of clients that keep state.
+"""How the compiled round carries per-client values in and out of the client loop.
 
 A stateful process is `next(state, data, states) -> (state, measurements,
-new states)`. Compiled (see `fedsim.learning.composer.runtime_view`), each
+new states)`; a buffered algorithm's dispatch is `next(state, data) ->
+(state, measurements, outputs)`, one output per client. Compiled (see
+`fedsim.learning.composer.runtime_view` and `outputs_view` here), each
 client's state enters with its data, as a `(data, state)` pair, and its new
-state leaves through `work`'s output under a named field, from which the
-client loop stacks the clients' new states per leaf.
+state or output leaves through `work`'s output under a named field, from which
+the client loop stacks the clients' values per leaf.
 """
 
 from __future__ import annotations
 
+import collections
 from typing import Any, Sequence
 
 import numpy as np
@@ -30,11 +33,54 @@ def client_state_type(process) -> tff.Type | None:
   return params[2].member
 
 
-def new_state_leaves(form, state_type) -> list[int]:
-  """Indices of `work`'s flat outputs that are the client's new state ([] without one).
+def client_output_type(process) -> tff.Type | None:
+  """The type of each client's output when `process.next` returns `(state,
+  measurements, outputs@CLIENTS)` (new client states, or a dispatch's results), else None."""
+  result = process.next.type_signature.result
+  if (not isinstance(result, tff.StructType) or len(result) != 3
+      or not isinstance(result[2], tff.FederatedType) or result[2].placement is not tff.CLIENTS):
+    return None
+  return result[2].member
 
-  `runtime_view` sums the new states under `NEW_CLIENT_STATES`; TFF keeps
-  that field's name in the aggregated struct, `work`'s first result.
+
+def outputs_view(process: tff.templates.IterativeProcess) -> tff.templates.IterativeProcess:
+  """`process` (`next(state, data) -> (state, measurements, outputs@CLIENTS)`)
+  with the outputs summed under `NEW_CLIENT_STATES`, as `runtime_view` carries
+  new client states: `(state, (measurements, summed outputs))`. A runtime that
+  runs `work` per client keeps each client's own output and drops the sum."""
+  from fedsim.learning.composer import NEW_CLIENT_STATES
+  output_type = client_output_type(process)
+
+  @tff.tensorflow.computation(output_type)
+  def marked(output):
+    return collections.OrderedDict([(NEW_CLIENT_STATES, output)])
+
+  state_type, data_type = process.next.type_signature.parameter
+
+  @tff.federated_computation(state_type, data_type)
+  def next_fn(state, data):
+    new_state, measurements, outputs = process.next(state, data)
+    return new_state, (measurements, tff.federated_sum(tff.federated_map(marked, outputs)))
+
+  return tff.templates.IterativeProcess(process.initialize, next_fn)
+
+
+def check_states(client_states: Sequence[Any] | None, count: int, stateful: bool) -> None:
+  """Raises ValueError unless there are client states exactly when the clients
+  keep state, one per client."""
+  if (client_states is None) == stateful:
+    raise ValueError("client states are needed exactly when the clients keep state"
+                     f" (this round's clients keep state: {stateful})")
+  if client_states is not None and len(client_states) != count:
+    raise ValueError(f"{count} clients but {len(client_states)} client states")
+
+
+def new_state_leaves(form, state_type) -> list[int]:
+  """Indices of `work`'s flat outputs that are the client's new state or output
+  ([] without one).
+
+  `runtime_view` and `outputs_view` sum them under `NEW_CLIENT_STATES`; TFF
+  keeps that field's name in the aggregated struct, `work`'s first result.
 
   Raises:
     NotCarried: no such field.
@@ -61,18 +107,14 @@ def paired(client_data: Sequence[Any], client_states: Sequence[Any] | None, stat
     ValueError: states given for stateless clients or missing for stateful
       ones, or not one per client.
   """
-  if (client_states is None) == stateful:
-    raise ValueError("client states are needed exactly when the clients keep state"
-                     f" (this round's clients keep state: {stateful})")
+  check_states(client_states, len(client_data), stateful)
   if client_states is None:
     return client_data
-  if len(client_states) != len(client_data):
-    raise ValueError(f"{len(client_data)} clients but {len(client_states)} client states")
   return zip(client_data, client_states)
 
 
 def unstack(parts, state_type) -> list[Any]:
-  """Per client, its new state in the client-state type's containers, from each
+  """Per client, its new state (or output) in `state_type`'s containers, from each
   chunk's leaves stacked on a leading client axis ([] when `state_type` is None)."""
   if state_type is None:
     return []

@@ -31,6 +31,7 @@ from fedsim.backend import computations
 from fedsim.backend.mapreduce import map_reduce_form
 from fedsim.runtime import carried_states
 from fedsim.runtime.chunks import chunks as client_chunks, concatenate
+from fedsim.runtime.contract import RoundPhases, RoundProcess
 # Where the round runs; importable from here, as they always were.
 from fedsim.runtime.devices import DEVICES, configure_threads, select_device  # noqa: F401
 from fedsim.runtime.round_graphs import build_round_graphs
@@ -48,14 +49,15 @@ class NotCompilable(Exception):
   """
 
 
-class InProcessProcess:
-  """An `IterativeProcess` run in this process, with the same interface.
+class InProcessProcess(RoundProcess, RoundPhases):
+  """An `IterativeProcess` run in this process: a `RoundProcess` that is its own phases.
 
   `initialize()` and `next(state, client_data)` (or `next(state, client_data,
   client_states)` when the clients keep state) take and return the same
   Python structures as `process` does on TFF's runtime (`client_data` is the
-  list of per-client values), so the run loop and `FederatedAlgorithm` work
-  on either.
+  sequence of per-client values). A process that returns per-client outputs
+  (`next(state, data) -> (state, measurements, outputs@CLIENTS)`, a buffered
+  algorithm's dispatch) returns them third, one per client.
   """
 
   def __init__(self, process: tff.templates.IterativeProcess, device: str = "auto",
@@ -71,11 +73,14 @@ class InProcessProcess:
     self.device = select_device(device)
     self._chunk_bytes = chunk_bytes
     self._client_state_type = carried_states.client_state_type(process)
+    self._output_type = carried_states.client_output_type(process)
     if self._client_state_type is not None:
       # Client states enter with the client data and leave through `work`
       # (see composer.runtime_view); the round keeps each client's own.
       from fedsim.learning.composer import runtime_view
       process = runtime_view(process)
+    elif self._output_type is not None:
+      process = carried_states.outputs_view(process)
     next_type = process.next.type_signature
     params = next_type.parameter
     if len(params) != 2 or not all(isinstance(p, tff.FederatedType) for p in params):
@@ -101,6 +106,15 @@ class InProcessProcess:
     """Whether `next` takes and returns client states (see `next`)."""
     return self._client_state_type is not None
 
+  @property
+  def client_outputs(self) -> bool:
+    """Whether `next` returns one value per client third (new states or outputs)."""
+    return self._output_type is not None
+
+  @property
+  def phases(self) -> RoundPhases:
+    return self
+
   def _build(self, form, process) -> None:
     if form.securely_aggregates_tensors:
       raise NotCompilable("the process uses secure aggregation")
@@ -109,11 +123,11 @@ class InProcessProcess:
     init = tff.backends.mapreduce.get_state_initialization_computation(process.initialize)
     self._init = computations.concrete_function(init, "initialize")
     try:
-      kept = carried_states.new_state_leaves(form, self._client_state_type)
+      kept = carried_states.new_state_leaves(form, self._output_type)
     except carried_states.NotCarried as e:
       raise NotCompilable(str(e)) from None
     kept_specs = [tf.TensorSpec(t.shape, tf.as_dtype(t.dtype))
-                  for t in computations.tensor_leaves(self._client_state_type)]
+                  for t in computations.tensor_leaves(self._output_type)]
     graphs = build_round_graphs(form, self._state_type, self._data_leaves, kept, kept_specs,
                                 self.device)
     self._start, self._clients = graphs.start, graphs.clients
@@ -146,7 +160,7 @@ class InProcessProcess:
                             *computations.eager_tensors([*data, offsets], self._data_specs)])
       return self._result(leaves[:self._round_leaves],
                           carried_states.unstack([leaves[self._round_leaves:]],
-                                                 self._client_state_type))
+                                                 self._output_type))
     client_input, acc = self.start(state)
     acc, new_states = self._run_chunks(client_input, acc, itertools.chain(ahead, chunks))
     return self.finish(state, acc, new_states)
@@ -163,7 +177,7 @@ class InProcessProcess:
   def run_clients(self, client_input, acc, client_data: Sequence[Any],
                   client_states: Sequence[Any] | None = None) -> Any:
     """`acc` with every client of `client_data` worked and accumulated, in order;
-    with client states, `(acc, new_client_states)`."""
+    with per-client outputs (`client_outputs`), `(acc, outputs)`."""
     acc, new_states = self._run_chunks(client_input, acc,
                                        self._chunks(client_data, client_states))
     return acc if new_states is None else (acc, new_states)
@@ -172,21 +186,20 @@ class InProcessProcess:
     """The MapReduceForm's `merge` of two partial accumulators."""
     return self._merge(tuple(first), tuple(second))
 
-  def finish(self, state: Any, acc, new_client_states: Sequence[Any] | None = None
-             ) -> tuple[Any, ...]:
-    """`update(state, report(acc))`: `(new_state, measurements)`, and
-    `new_client_states` third when the clients keep state."""
+  def finish(self, state: Any, acc, outputs: Sequence[Any] | None = None) -> tuple[Any, ...]:
+    """`update(state, report(acc))`: `(new_state, measurements)`, and the
+    clients' `outputs` third when the round has them."""
     leaves = self._finish(tuple(self._state_leaves(state)), tuple(acc))
-    return self._result(leaves, new_client_states)
+    return self._result(leaves, outputs)
 
   def _run_chunks(self, client_input, acc, chunks) -> tuple[Any, list | None]:
     parts = []
     for chunk in chunks:
       acc, stacked = self._clients(tuple(client_input), tuple(acc), *concatenate(chunk))
       parts.append(stacked)
-    if not self.stateful_clients:
+    if not self.client_outputs:
       return acc, None
-    return acc, carried_states.unstack(parts, self._client_state_type)
+    return acc, carried_states.unstack(parts, self._output_type)
 
   def _chunks(self, client_data: Sequence[Any], client_states: Sequence[Any] | None):
     clients = carried_states.paired(client_data, client_states, self.stateful_clients)
@@ -194,9 +207,9 @@ class InProcessProcess:
 
   def _result(self, round_leaves, new_client_states) -> tuple[Any, ...]:
     packed = computations.pack(round_leaves, self._result_type)
-    if not self.stateful_clients:
+    if not self.client_outputs:
       return packed
-    # The summed states only carried each client's own out of `work`: dropped.
+    # The summed values only carried each client's own out of `work`: dropped.
     new_state, (measurements, _) = packed
     return new_state, measurements, list(new_client_states)
 

@@ -10,7 +10,7 @@ import pytest
 
 from fedsim.data.federated import Examples, federate
 from fedsim.data.packing import pack
-from fedsim.experiment.simulation import RoundClients, client_batches, round_input
+from fedsim.experiment.simulation import RoundClients, client_batches
 from fedsim.seeds import PACK_STREAM
 from fedsim.task import ClientPlan
 
@@ -77,18 +77,6 @@ def test_slices_and_subsets_stay_lazy_rounds_of_the_same_round():
   np.testing.assert_array_equal(picked[1]["x"], clients[1]["x"])
   with pytest.raises(IndexError):
     clients[len(SIZES)]
-
-
-def test_tff_processes_get_a_list_and_fedsim_runtimes_the_lazy_sequence():
-  import tensorflow_federated as tff
-  sim = fake_sim(ClientPlan())
-  clients = RoundClients(sim, ROUND, sim.data.client_ids[:2])
-  process = tff.templates.IterativeProcess(
-      tff.tensorflow.computation(lambda: 0), tff.tensorflow.computation(lambda x: x, np.int32))
-  given = round_input(process, clients)
-  assert isinstance(given, list) and len(given) == 2
-  np.testing.assert_array_equal(given[1]["x"], clients[1]["x"])
-  assert round_input(object(), clients) is clients
 
 
 CONFIG = {

@@ -79,8 +79,8 @@ def test_clients_train_on_the_version_they_downloaded(tff_runtime):
 
   versions = [alg.process.initialize()]
   for update in schedule:
-    arrivals = [arrival(*alg.dispatch(versions[v], [data[c]])[1][0], staleness=now - v)
-                for c, v, now in update]
+    arrivals = [arrival(alg.dispatch_process.next(versions[v], [data[c]])[2][0],
+                        staleness=now - v) for c, v, now in update]
     state, _ = alg.process.next(versions[-1], arrivals)
     versions.append(state)
 

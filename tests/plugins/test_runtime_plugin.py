@@ -3,6 +3,7 @@ one that cannot run an algorithm falls back to `local` with a one-line notice.""
 
 from __future__ import annotations
 
+import pathlib
 import shutil
 import sys
 
@@ -47,6 +48,27 @@ def test_a_plugin_runtime_runs_from_yaml_and_equals_inprocess(tff_runtime, confi
   for g, w in zip(got.final_weights, want.final_weights, strict=True):
     np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
   assert "using local" not in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_buffered_algorithm_trains_its_clients_on_the_plugin_runtime(tff_runtime, config_dir):
+  """FedBuff's dispatches and server updates are rounds of the plugin's too."""
+  config = {**CONFIG, "rounds": 2, "algorithm": {"name": "fedbuff", "local_steps": 2}}
+  got = fedsim.run(_write(config_dir, {**config, "runtime": {"name": "one_by_one"}}),
+                   logdir=config_dir / "runs", progress=False)
+  module = next(m for n, m in sys.modules.items() if "toy_runtime" in n)
+  # Three dispatched, three server updates of K = 3 arrivals, three dispatched...
+  assert module.CALLS == [3, 3, 3, 3]
+  want = fedsim.run({**config, "runtime": {"name": "inprocess", "device": "cpu"}},
+                    logdir=config_dir / "ref", progress=False)
+  for g, w in zip(got.final_weights, want.final_weights, strict=True):
+    np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
+def test_the_plugin_guide_shows_this_runtime_file():
+  from tests.docs.markdown_blocks import DOCS, blocks
+  shown = [b.code for b in blocks(DOCS / "guides" / "plugins.md") if b.file == "my_runtime.py"]
+  assert shown == [pathlib.Path(__file__).with_name("toy_runtime.py").read_text()]
 
 
 @pytest.mark.slow

@@ -174,6 +174,25 @@ def test_clients_that_keep_state_on_the_cluster_equal_inprocess(ray_cluster, tmp
 
 
 @pytest.mark.slow
+def test_fedbuff_clients_train_on_the_cluster_as_on_inprocess(ray_cluster, tmp_path):
+  """A buffered algorithm's dispatch is a round of the run: the actors build it on
+  first use and send each client's result back (inprocess equals local:
+  test_contract)."""
+  from tests.runtime.test_contract import FEDBUFF
+  address, _ = ray_cluster
+  want = fedsim.run({**FEDBUFF, "runtime": {"name": "inprocess", "device": "cpu"}},
+                    logdir=tmp_path / "inprocess", progress=False)
+  got = fedsim.run({**FEDBUFF, "runtime": {"name": "ray", "address": address, "workers": 2,
+                                           "device": "cpu"}},
+                   logdir=tmp_path / "ray", progress=False)
+  for g, w in zip(got.final_weights, want.final_weights, strict=True):
+    np.testing.assert_allclose(g, w, rtol=0, atol=1e-6)
+  for a, b in zip(want.metrics, got.metrics, strict=True):
+    np.testing.assert_allclose(b["train/loss"], a["train/loss"], rtol=1e-6)
+    assert b["staleness/mean"] == a["staleness/mean"]
+
+
+@pytest.mark.slow
 def test_a_controlled_run_with_per_client_bits_on_the_cluster_equals_inprocess(
     ray_cluster, tmp_path):
   """link_budget gives clients on slow and fast uplinks different bits in one

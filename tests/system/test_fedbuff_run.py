@@ -47,7 +47,7 @@ def test_fedbuff_without_staleness_is_fedavg_bit_for_bit(tff_runtime, tmp_path):
                             "compression": U8},
       "fedbuff_u8": {"algorithm": dict(steps, name="fedbuff"), "compression": U8},
   })
-  # Bit for bit needs one runtime: FedBuff's clients train on TFF's worker, so FedAvg too.
+  # Bit for bit on `local`, where FedBuff's dispatch and FedAvg's round train alike.
   runs = fedsim.run(dict(config, runtime={"name": "local"}), logdir=tmp_path)
   for sync, buffered in (("fedavg", "fedbuff"), ("fedavg_uniform_u8", "fedbuff_u8")):
     _same(runs[sync], runs[buffered])

@@ -8,11 +8,12 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from fedsim.errors import RunFailed, UserError
+from fedsim.runtime.contract import RoundPhases, RoundProcess
 from fedsim.runtime.cluster.address import auto_address, answers, check_reachable
 from fedsim.runtime.cluster.failures import actor_cause, failed_worker, first_line
 from fedsim.runtime.cluster.lifetime import Reaper, process_handlers_kept
@@ -30,8 +31,8 @@ _PROBE_S = 5.0  # how often a wait checks that the cluster still answers
 _QUIET_RAY = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_enable_metrics_collection": "0",
               "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
 
-class ClusterProcess:
-  """An `InProcessProcess` whose clients run on Ray actors; same interface.
+class ClusterProcess(RoundProcess, RoundPhases):
+  """An `InProcessProcess` whose clients run on Ray actors: a `RoundProcess`, its own phases.
 
   `initialize`, `start`, `merge` and `finish` run in this (the driver's)
   process; each round's clients are split into `spec.workers` contiguous
@@ -61,7 +62,7 @@ class ClusterProcess:
     import ray  # pylint: disable=g-import-not-at-top
     self._ray = ray
     self._local = local
-    self._variant = None  # the actors' default round (see `with_variant`)
+    self._variant: tuple = ()  # the actors' first round (see `with_variant`)
     self._spec = spec
     self._actors: list = []
     self._owned = False   # fedsim started the Ray instance (and stops it)
@@ -86,7 +87,19 @@ class ClusterProcess:
       self.close()
       raise
 
-  # The process interface the run loop calls.
+  # The runtime contract (fedsim.runtime.contract).
+
+  @property
+  def stateful_clients(self) -> bool:
+    return self._local.stateful_clients
+
+  @property
+  def client_outputs(self) -> bool:
+    return self._local.client_outputs
+
+  @property
+  def phases(self) -> RoundPhases:
+    return self
 
   def initialize(self) -> Any:
     """The initial server state (computed on the driver)."""
@@ -95,7 +108,8 @@ class ClusterProcess:
   def next(self, state: Any, client_data: Sequence[Any],
            client_states: Sequence[Any] | None = None) -> tuple[Any, ...]:
     """One round, as `InProcessProcess.next` (client states, when the clients
-    keep state, travel with their clients' chunk and come back updated).
+    keep state, travel with their clients' chunk and come back updated, as
+    other per-client outputs come back).
 
     `client_data` with `ids` and `round_num` (the loop's lazy round clients)
     sends the actors ids; any other sequence of packed clients is shipped.
@@ -106,8 +120,8 @@ class ClusterProcess:
     """
     client_input, zero = self.start(state)
     out = self.run_clients(client_input, zero, client_data, client_states)
-    acc, new_states = out if client_states is not None else (out, None)
-    return self.finish(state, acc, new_states)
+    acc, outputs = out if self.client_outputs else (out, None)
+    return self.finish(state, acc, outputs)
 
   # The round's phases, as `InProcessProcess` has them (a round whose clients
   # run different variants merges their groups: `fedsim.runtime.mixed`).
@@ -119,14 +133,14 @@ class ClusterProcess:
   def merge(self, first, second):
     return self._local.merge(first, second)
 
-  def finish(self, state: Any, acc, new_client_states: Sequence[Any] | None = None):
-    return self._local.finish(state, acc, new_client_states)
+  def finish(self, state: Any, acc, outputs: Sequence[Any] | None = None):
+    return self._local.finish(state, acc, outputs)
 
   def run_clients(self, client_input, zero, client_data: Sequence[Any],
                   client_states: Sequence[Any] | None = None) -> Any:
     """The accumulator of `client_data` from `zero` (the round's zero: each
-    chunk starts from it), its chunks on the actors; with client states,
-    `(accumulator, new client states)`.
+    chunk starts from it), its chunks on the actors; with per-client outputs
+    (new client states), `(accumulator, outputs)`.
 
     Raises:
       RunFailed: as `next`.
@@ -137,7 +151,7 @@ class ClusterProcess:
               ray.put([np.asarray(v) for v in zero]))
     states = (lambda s, e: ()) if client_states is None else (
         lambda s, e: (list(client_states[s:e]),))
-    variant = {} if self._variant is None else {"variant": self._variant}
+    variant = {"variant": self._variant} if self._variant else {}
     ids = getattr(client_data, "ids", None)
     round_num = getattr(client_data, "round_num", None)
     if ids is not None and round_num is not None:
@@ -154,25 +168,27 @@ class ClusterProcess:
       during = "a round"
     bounds = chunk_bounds(count, self._spec.workers)
     calls = [(w, s, e) for w, (s, e) in enumerate(bounds) if e > s]
+    outputs = self.client_outputs
     if not calls:
-      return zero if client_states is None else (zero, [])
+      return (zero, []) if outputs else zero
     parts = self._get([call(self._actors[w], s, e) for w, s, e in calls], during,
                       [w for w, _, _ in calls])
-    new_states = None
-    if client_states is not None:
-      new_states = [s for _, chunk_states in parts for s in chunk_states]
+    per_client = None
+    if outputs:
+      per_client = [s for _, chunk_outputs in parts for s in chunk_outputs]
       parts = [acc for acc, _ in parts]
     acc = parts[0]
     for part in parts[1:]:  # fixed (chunk) order: the same sum every time
       acc = self._local.merge(acc, part)
-    return acc if client_states is None else (acc, new_states)
+    return (acc, per_client) if outputs else acc
 
-  def with_variant(self, local, variant: Any) -> "ClusterProcess":
-    """This cluster running another variant of the round (a controlled encoder
-    parameter's value, `fedsim.experiment.control`): `local` is that variant's
-    driver-side `InProcessProcess`; the actors build theirs on first use."""
+  def with_variant(self, local, rebuild: Mapping[str, Any]) -> "ClusterProcess":
+    """This cluster running another round of the run (`Runtime.build_variant`:
+    a controlled encoder parameter's value, a buffered algorithm's dispatch):
+    `local` is that round's driver-side `InProcessProcess`; each actor builds
+    its own on first use, with the worker builder's keyword arguments `rebuild`."""
     view = copy.copy(self)
-    view._local, view._variant = local, variant
+    view._local, view._variant = local, tuple(sorted(rebuild.items()))
     return view
 
   @property

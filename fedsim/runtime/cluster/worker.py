@@ -67,24 +67,26 @@ class ClientWorker:
     return os.getpid()
 
   def run_ids(self, round_num: int, ids: Sequence[str], client_input, zero,
-              client_states: Sequence[Any] | None = None, variant: Any = None):
+              client_states: Sequence[Any] | None = None, variant: tuple = ()):
     """The accumulator of clients `ids` of round `round_num`, packed here (see `run_data`)."""
     return self.run_data(client_input, zero, self._pack(round_num, ids), client_states,
                          variant)
 
   def run_data(self, client_input, zero, client_data: Sequence[Any],
-               client_states: Sequence[Any] | None = None, variant: Any = None):
+               client_states: Sequence[Any] | None = None, variant: tuple = ()):
     """The accumulator of `client_data` (packed clients, in order) from `zero`;
-    with `client_states` (one per client), `(accumulator, new client states)`.
-    `variant`: the value of a controlled encoder parameter whose round runs
-    them (built here on first use, `build(fixed=variant)`); None: the default."""
+    with per-client outputs (e.g. new client states, given `client_states`,
+    one per client), `(accumulator, outputs)`. `variant`: the `(key, value)`
+    pairs that rebuild another round of the run (built here on first use,
+    `build(**dict(variant))`, e.g. `fixed=` a controlled parameter's value);
+    (): the first round."""
     process = self._process
-    if variant is not None:
+    if variant:
       if variant not in self._variants:
-        self._variants[variant] = self._build(fixed=variant)[0]
+        self._variants[variant] = self._build(**dict(variant))[0]
       process = self._variants[variant]
     out = process.run_clients(client_input, zero, client_data, client_states)
-    if client_states is None:
+    if not process.client_outputs:
       return [np.asarray(a) for a in out]
-    acc, new_states = out
-    return [np.asarray(a) for a in acc], new_states
+    acc, outputs = out
+    return [np.asarray(a) for a in acc], outputs
