@@ -1,6 +1,6 @@
 """fedsim beside Flower and pfl-research on the same workloads, one command.
 
-    uv run python bench/peers/side_by_side.py            # W2 and P1, 3 passes, ~35 min
+    uv run python bench/peers/side_by_side.py            # W2 and P1, 3 interleaved passes
     uv run python bench/peers/side_by_side.py --quick    # check the machinery: W2 6 rounds, P1 2
     uv run python bench/peers/side_by_side.py --workloads W2 --repeats 5 --rounds 40
 
