@@ -152,6 +152,10 @@ def summarize(run: dict, rounds: int, warmup: int) -> dict:
     why = "timed out" if run["exit"] is None else f"exit {run['exit']}"
     out["error"] = f"{why}, {len(recs)} of {rounds} rounds"
     return out
+  failures = sum(r.get("failures", 0) for r in recs)
+  if failures:  # Flower goes on without a failed client: a cheaper round, not the workload
+    out["error"] = f"{failures} client update(s) failed"
+    return out
   ts = [r["t"] for r in recs]
   out["ms"] = [1000 * (b - a) for a, b in zip(ts[warmup - 1:], ts[warmup:])]
   out["startup_s"] = ts[0] - run["launched"]

@@ -78,6 +78,8 @@ def test_summary_uses_before_after_loss_when_given_and_flags_a_rise():
 @pytest.mark.parametrize("exit_code,recs,error", [
     (None, [{"round": 1, "t": 101.0, "loss": 2.0}], "timed out, 1 of 3 rounds"),
     (1, [], "exit 1, 0 of 3 rounds"),
+    (0, [{"round": r, "t": 100.0 + r, "loss": 2.0 - r, "failures": r % 2} for r in (1, 2, 3)],
+     "2 client update(s) failed"),
 ])
 def test_summary_reports_a_failed_run(exit_code, recs, error):
   assert side_by_side.summarize(_run(recs, exit_code), rounds=3, warmup=1)["error"] == error
