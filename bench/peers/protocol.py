@@ -9,7 +9,6 @@ itself measures (fedsim: "round_seconds").
 from __future__ import annotations
 
 import json
-import sys
 
 MARK = "@peers "
 
@@ -21,12 +20,3 @@ def emit(**fields) -> None:
 def parse(line: str) -> dict | None:
   return json.loads(line[len(MARK):]) if line.startswith(MARK) else None
 
-
-def loss_falls(records: list[dict]) -> bool:
-  """The last round's training loss is below the first's (both finite)."""
-  losses = [r["loss"] for r in records if r.get("loss") is not None]
-  return len(losses) >= 2 and all(l == l for l in losses) and losses[-1] < losses[0]
-
-
-if __name__ == "__main__":
-  sys.exit("imported by the runs and the driver")

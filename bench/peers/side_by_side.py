@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime
+import math
 import os
 import pathlib
 import signal
@@ -164,7 +165,8 @@ def summarize(run: dict, rounds: int, warmup: int) -> dict:
   else:
     first, last = recs[0]["loss"], recs[-1]["loss"]
   out["loss"] = (first, last)
-  out["loss_falls"] = protocol.loss_falls([{"loss": first}, {"loss": last}])
+  out["loss_falls"] = (first is not None and last is not None
+                       and math.isfinite(first) and math.isfinite(last) and last < first)
   if recs[0].get("round_seconds") is not None:
     out["own_ms"] = [1000 * r["round_seconds"] for r in recs[warmup:]]
   return out
