@@ -12,8 +12,9 @@ the same columns in all, a key a run lacks filled with `identity` (an
 encoder) or `none`; and the experiment's HParams config, listing those
 columns and the ranking metrics (`RANKING`), once, in the comparison run.
 
-The dashboard shows 5 columns until the user ticks more: those whose
-`differs` is set first, in the config's order. So the keys that differ
+The dashboard shows 5 columns until the user ticks more: the first 5 of the
+config's list once those whose `differs` is set are moved ahead (TensorBoard
+2.14's hparams dashboard, `_computeHParams`). So the keys that differ
 between runs come first and are marked so, and among them a key whose value
 follows from the keys before it (`aggregation.bits` equal to `broadcast.bits`
 in every run, a `min_elements` that only the baseline lacks) goes after those

@@ -259,3 +259,28 @@ def test_hparams_defaults_are_the_study_knobs_not_what_follows_from_them():
   # keys it does not follow from.
   runs = [{"a": 1, "b": 1, "lr": 0.1}, {"a": 2, "b": 2, "lr": 0.1}, {"a": 2, "b": 2, "lr": 0.2}]
   assert informative_first(runs) == [("a", True), ("lr", True), ("b", True)]
+
+
+def test_the_clock_chart_is_left_out_when_every_round_took_the_same_time(tmp_path):
+  from fedsim.reporting.board import BY_SIMULATED_TIME, clock_informative, layout_proto
+  rows = lambda *seconds: [{"round": r, "round_simulated_seconds": s}
+                           for r, s in enumerate(seconds, 1)]
+  same = [_run(tmp_path / "a", {}, rows(0.36, 0.36)), _run(tmp_path / "b", {}, rows(0.36, 0.36))]
+  assert not clock_informative(same)
+  # A link model (or a deadline, uneven clients) makes rounds differ, within a run or across.
+  assert clock_informative([_run(tmp_path / "c", {}, rows(0.36, 0.5))])
+  assert clock_informative(same + [_run(tmp_path / "d", {}, rows(0.7, 0.7))])
+  titles = lambda layout: [c.title for category in layout.category for c in category.chart]
+  assert BY_SIMULATED_TIME in titles(layout_proto(with_clock=True))
+  assert BY_SIMULATED_TIME not in titles(layout_proto(with_clock=False))
+
+
+def test_a_compare_target_is_kept_for_later_refreshes(tmp_path):
+  from fedsim.errors import UserError
+  from fedsim.reporting.board import COMPARISON_RUN, TARGET_FILE, refresh, stored_target
+  assert stored_target(tmp_path) is None
+  assert refresh(tmp_path, target=0.85) is None  # no run yet: kept all the same
+  assert stored_target(tmp_path) == 0.85
+  (tmp_path / COMPARISON_RUN / TARGET_FILE).write_text("high\n")
+  with pytest.raises(UserError, match=f"{TARGET_FILE}: not an eval accuracy: 'high'"):
+    stored_target(tmp_path)
