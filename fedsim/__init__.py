@@ -14,7 +14,8 @@ from fedsim.errors import HostError, RunFailed, UserError
 # after that (a Ctrl-C in the ~0.5-2 s that pydantic's schema and NumPy took
 # gave a KeyboardInterrupt traceback; a SIGTERM, exit -15).
 _LAZY = {"run": "fedsim.api", "validate": "fedsim.api",
-         "RoundInfo": "fedsim.experiment.round_info"}
+         "RoundInfo": "fedsim.experiment.round_info",
+         "Callback": "fedsim.experiment.callbacks.base"}
 
 
 def __getattr__(name: str):
@@ -25,4 +26,4 @@ def __getattr__(name: str):
     return value
   raise AttributeError(f"module 'fedsim' has no attribute {name!r}")
 
-__all__ = ["run", "validate", "HostError", "RoundInfo", "RunFailed", "UserError"]
+__all__ = ["run", "validate", "Callback", "HostError", "RoundInfo", "RunFailed", "UserError"]

@@ -64,7 +64,8 @@ def run(config: ConfigSource, overrides: Sequence[str] = (), logdir: str | os.Pa
         progress: bool | None = None, on_run_dir: Callable[[pathlib.Path], None] | None = None,
         *, resume: bool | str | os.PathLike | None = None, fresh: bool = False,
         on_round: Callable[..., None] | None = None,
-        variant: str | None = None, data: Any = None, model: Any = None):
+        variant: str | None = None, data: Any = None, model: Any = None,
+        callbacks: Sequence[Any] = ()):
   """Runs an experiment, each variant in a new run directory unless told to resume.
 
   Args:
@@ -94,6 +95,10 @@ def run(config: ConfigSource, overrides: Sequence[str] = (), logdir: str | os.Pa
     model: replaces the config's model: a function `(input_shape,
       num_classes) -> tf.keras.Model` or an import path 'module:function'
       (the `keras` model entry); `model.initial_weights` still applies.
+    callbacks: `fedsim.Callback` objects called after fedsim's own (after
+      each round is logged and checkpointed, after `on_round`), in order,
+      for every run of the config in turn; one's `after_round` returning
+      True ends the run after that round (see `fedsim.Callback`).
 
   Returns:
     a `RunResult` (run_dir, metrics per round, size_info, final weights) for
@@ -103,13 +108,15 @@ def run(config: ConfigSource, overrides: Sequence[str] = (), logdir: str | os.Pa
   Raises:
     UserError: bad input, a run to resume whose config differs in other
       keys than `rounds`, or one that another process is running (nothing is
-      run, nothing written). RunFailed: a run could not finish.
+      run, nothing written); a callback that is not a `fedsim.Callback`.
+      RunFailed: a run could not finish (a callback that raised is named).
   """
   from fedsim.experiment import resume as resuming
   _, raw = load_config(config, overrides)
   raw = _with_objects(raw, data, model)
   runs = expand_variants(raw, only=variant)  # validates them all before TF is imported
   on_round = _three_argument(on_round)
+  callbacks = _callbacks(callbacks)
   # Each run directory is locked (see fedsim.reporting.ownership) before
   # anything in it is read for resuming or changed, until its run ends.
   with contextlib.ExitStack() as held:
@@ -127,13 +134,14 @@ def run(config: ConfigSource, overrides: Sequence[str] = (), logdir: str | os.Pa
       plans.append((variant, cfg, resolved, resumption))
     if resume not in (None, True, False) and not any(p[3] for p in plans):
       raise UserError(f"--resume {resume}: not a run of any variant of this config")
-    results = _run_plans(plans, logdir, held, progress, on_run_dir, on_round)
+    results = _run_plans(plans, logdir, held, progress, on_run_dir, on_round, callbacks)
   if len(runs) == 1 and runs[0][0] is None:
     return results[None]
   return results
 
 
-def _run_plans(plans, logdir, held: contextlib.ExitStack, progress, on_run_dir, on_round):
+def _run_plans(plans, logdir, held: contextlib.ExitStack, progress, on_run_dir, on_round,
+               callbacks):
   """Runs each (variant, cfg, resolved, resumption) of `run`; {variant: RunResult}."""
   from fedsim.backend import quiet
   quiet.import_tff()  # before any module below imports TF/TFF noisily
@@ -185,7 +193,8 @@ def _run_plans(plans, logdir, held: contextlib.ExitStack, progress, on_run_dir, 
             contextlib.closing(sim.round_process):
           results[variant] = run_rounds(sim, run_dir, resolved, progress=progress,
                                         check_runtime=runtime.check_alive,
-                                        resume_from=checkpoint, on_round=on_round)
+                                        resume_from=checkpoint, on_round=on_round,
+                                        user_callbacks=callbacks)
       except (KeyboardInterrupt, SystemExit):
         with contextlib.suppress(OSError, UserError):  # the signal is what to report
           mark_interrupted(run_dir)
@@ -195,6 +204,19 @@ def _run_plans(plans, logdir, held: contextlib.ExitStack, progress, on_run_dir, 
         raise
     lock.release()  # The worker, which logs into the directory, has stopped.
   return results
+
+
+def _callbacks(callbacks: Sequence[Any]) -> list:
+  """`callbacks` as a list, each checked to be a `fedsim.Callback` (UserError)."""
+  from fedsim.experiment.callbacks import Callback
+  if isinstance(callbacks, Callback):
+    callbacks = [callbacks]
+  out = list(callbacks)
+  for i, callback in enumerate(out):
+    if not isinstance(callback, Callback):
+      raise UserError(f"callbacks[{i}]: expected a fedsim.Callback (subclass it), got"
+                      f" {type(callback).__name__}")
+  return out
 
 
 def _three_argument(on_round: Callable[..., None] | None) -> Callable[..., None] | None:

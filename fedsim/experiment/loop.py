@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 from fedsim.backend import quiet
 from fedsim.errors import HostError
 from fedsim.experiment import run_state
-from fedsim.experiment.callbacks import CLIENTS_CSV, FINAL_MODEL, standard_callbacks
+from fedsim.experiment.callbacks import Callback, standard_callbacks
 from fedsim.experiment.checkpoint import Checkpoint
 from fedsim.experiment.control import control_metrics, server_view
 from fedsim.experiment.client_states import ClientStateStore
@@ -35,22 +35,24 @@ from fedsim.metric_names import (CLIENTS_AGGREGATED, CLIENTS_FAILED, ROUND_SIMUL
 from fedsim.runtime.mixed import Group, next_mixed
 from fedsim.sizing import SizeInfo
 
-__all__ = ["CLIENTS_CSV", "FINAL_MODEL", "RunResult", "run_rounds"]
+__all__ = ["RunResult", "run_rounds"]
 
 
 def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, Any],
                progress: bool | None = None,
                check_runtime: Callable[[str], None] | None = None, *,
                resume_from: Checkpoint | None = None,
-               on_round: Callable[[int, dict[str, float], RoundInfo], None] | None = None
-               ) -> RunResult:
+               on_round: Callable[[int, dict[str, float], RoundInfo], None] | None = None,
+               user_callbacks: Sequence[Callback] = ()) -> RunResult:
   """Runs the rounds of `sim` (after `resume_from`, if given) into `run_dir`.
 
   A synchronous round is `_play_round`; a buffered algorithm's round is one
   server update, played by `async_loop.BufferedRounds`. `check_runtime(during)`
   raises RunFailed if the runtime died; it is asked when the run fails, so a
   dead worker is reported as such. `on_round(round, metrics, info)` is called
-  after each round is logged and checkpointed (`info`: a RoundInfo).
+  after each round is logged and checkpointed (`info`: a RoundInfo), then
+  `user_callbacks` (fedsim.Callback), which may end the run early (see
+  `fedsim.experiment.callbacks`).
 
   Returns:
     The RunResult with the metrics of every round, resumed ones included.
@@ -65,7 +67,7 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
     SystemExit, which are re-raised), and the run can be resumed.
   """
   run = Run(sim, run_dir, plain_config, resume_from)
-  callbacks = standard_callbacks(progress, check_runtime, on_round)
+  callbacks = standard_callbacks(progress, check_runtime, on_round, user_callbacks)
   try:
     callbacks.on_start(run)
     run_state.begin(run)
@@ -78,8 +80,10 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
                     run.sizes, run_dir, **controlled)
       run.state, run.simulated_seconds = record.state, record.simulated_seconds
       run.control_state = record.control_state
-      callbacks.after_round(run, record)
+      stop = callbacks.after_round(run, record)
       run.history.append(record.metrics)
+      if stop:
+        break
     callbacks.on_end(run)
   except BaseException as e:
     raised = callbacks.on_error(run, e)

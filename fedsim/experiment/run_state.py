@@ -64,6 +64,8 @@ class Run:
     control_state: the controller's state, None without one.
     history: metrics of every round logged so far, resumed ones included
       (the metrics.csv callback reads them back on resume).
+    stopped_by: the name of the callback that ended the run early (its
+      `after_round` returned True), None while the run goes on.
   """
 
   sim: Simulation
@@ -79,6 +81,7 @@ class Run:
   history: list[dict[str, float]] = dataclasses.field(default_factory=list)
   # A controlled encoder parameter's controller state (server state: checkpointed).
   control_state: dict | None = None
+  stopped_by: str | None = None
 
   def __post_init__(self):
     self.round_num = self.start

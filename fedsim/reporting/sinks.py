@@ -6,7 +6,8 @@ because, in TFF 0.87, that manager sorts columns by name, keeps a torn last
 line as a row, and needs a ~10 s TensorFlow import to append a line of text;
 `tff.program.TensorBoardReleaseManager` is not used because its summary
 writer is private and never flushed, so per-round flushing would need its
-internals plus an event-loop adapter around what is one `tf.summary.scalar`.
+internals plus an event-loop adapter, and it runs a TensorFlow op per scalar
+(see `TensorBoardSink`).
 """
 
 from __future__ import annotations

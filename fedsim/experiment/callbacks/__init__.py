@@ -16,41 +16,49 @@
 5. ProgressBar.
 6. Checkpoints: after the logs, so a checkpoint of round R comes with every
    row up to R.
-7. OnRound: the user's callback sees a round logged and checkpointed.
-8. FinalModel: the model is exported at the end.
+7. OnRound, then the user's `callbacks=` in the order given: each sees a
+   round logged (with its evaluation, on evaluation rounds) and checkpointed,
+   and may stop the run there (see `base`); at the end, they see the status
+   still 'running' and every sink open.
+8. FinalModel: the model is exported at the end, before the user's `on_end`.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
-from fedsim.experiment.callbacks.base import Callback, CallbackList
-from fedsim.experiment.callbacks.checkpoints import Checkpoints
-from fedsim.experiment.callbacks.csv_logs import CLIENTS_CSV, METRICS_CSV, CsvLogs
-from fedsim.experiment.callbacks.evaluation import Evaluation
-from fedsim.experiment.callbacks.final_model import FINAL_MODEL, FinalModel
-from fedsim.experiment.callbacks.board import ExperimentBoard
-from fedsim.experiment.callbacks.on_round import OnRound
-from fedsim.experiment.callbacks.progress import ProgressBar
-from fedsim.experiment.callbacks.status import Status
-from fedsim.experiment.callbacks.tensorboard import TensorBoard
+from fedsim.experiment.callbacks.base import Callback, CallbackList, UserCallback
 
-__all__ = ["CLIENTS_CSV", "FINAL_MODEL", "METRICS_CSV", "Callback", "CallbackList",
-           "standard_callbacks"]
+__all__ = ["Callback", "CallbackList", "UserCallback", "standard_callbacks"]
 
 
 def standard_callbacks(progress: bool | None = None,
                        check_runtime: Callable[[str], None] | None = None,
-                       on_round: Callable[..., None] | None = None) -> CallbackList:
+                       on_round: Callable[..., None] | None = None,
+                       user: Sequence[Callback] = ()) -> CallbackList:
   """Every callback of a run, in the order above.
 
   Args:
     progress: the progress bar on/off; None shows it only on a terminal.
     check_runtime: `check_runtime(during)` raises RunFailed if the runtime died.
     on_round: the user's `on_round(round, metrics, info)`, if any.
+    user: the user's own callbacks (see `UserCallback` for what they may do).
   """
+  # Here, not at the top: the built-ins import the run's TensorFlow side, and
+  # `fedsim.Callback` (base) is imported with this package before any run.
+  # pylint: disable=g-import-not-at-top
+  from fedsim.experiment.callbacks.board import ExperimentBoard
+  from fedsim.experiment.callbacks.checkpoints import Checkpoints
+  from fedsim.experiment.callbacks.csv_logs import CsvLogs
+  from fedsim.experiment.callbacks.evaluation import Evaluation
+  from fedsim.experiment.callbacks.final_model import FinalModel
+  from fedsim.experiment.callbacks.on_round import OnRound
+  from fedsim.experiment.callbacks.progress import ProgressBar
+  from fedsim.experiment.callbacks.status import Status
+  from fedsim.experiment.callbacks.tensorboard import TensorBoard
   callbacks = [ExperimentBoard(), Status(check_runtime), Evaluation(), CsvLogs(), TensorBoard(),
                ProgressBar(progress), Checkpoints()]
   if on_round is not None:
-    callbacks.append(OnRound(on_round))
+    callbacks.append(UserCallback(OnRound(on_round), name="on_round"))
+  callbacks += [UserCallback(callback) for callback in user]
   return CallbackList([*callbacks, FinalModel()])

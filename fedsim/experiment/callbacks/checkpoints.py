@@ -1,5 +1,7 @@
 """Checkpoints every `checkpoint.every` rounds and after the last (see
-`fedsim.experiment.checkpoint`); a run resumes from the newest.
+`fedsim.experiment.checkpoint`); a run resumes from the newest. A run a
+callback stopped early is checkpointed at the round it stopped after, so it
+can be resumed (extended) from there.
 
 It runs after the callbacks that log a round: a checkpoint of round R
 promises that metrics.csv holds every round up to R.
@@ -16,10 +18,20 @@ from fedsim.experiment.run_state import Run
 
 class Checkpoints(Callback):
 
+  def __init__(self):
+    self._saved = None  # the round of this run's newest checkpoint
+
   def after_round(self, run: Run, record: RoundResult) -> None:
     config = run.sim.config
-    if run.round_num % config.checkpoint.every and run.round_num != config.rounds:
-      return
+    if run.round_num % config.checkpoint.every == 0 or run.round_num == config.rounds:
+      self._save(run)
+
+  def on_end(self, run: Run) -> None:
+    if run.stopped_by is not None and self._saved != run.round_num:
+      self._save(run)  # the round a callback stopped the run after is its last
+
+  def _save(self, run: Run) -> None:
+    config = run.sim.config
     if run.states is not None:
       run.states.flush()  # the checkpoint links the directory: it must hold this round's states
     save_checkpoint(run.run_dir, run.round_num, run.state, run.simulated_seconds,
@@ -29,3 +41,4 @@ class Checkpoints(Callback):
                     extra_npz={ASYNC_STATE: run.player.checkpoint_arrays()}
                     if run.player is not None else None,
                     control_state=run.control_state)
+    self._saved = run.round_num

@@ -12,7 +12,8 @@ from fedsim.reporting import write_status
 
 
 class Status(Callback):
-  """Writes 'running' first and 'completed' last; on an error, what it means.
+  """Writes 'running' first and 'completed' last (with who stopped the run, if
+  a callback did); on an error, what it means.
 
   `check_runtime(during)` raises RunFailed if the runtime died; it is asked
   when the run fails, so a dead worker is reported as such.
@@ -25,7 +26,8 @@ class Status(Callback):
     write_status(run.run_dir, "running")
 
   def on_end(self, run: Run) -> None:
-    write_status(run.run_dir, "completed")
+    write_status(run.run_dir, "completed", "" if run.stopped_by is None else (
+        f"stopped after round {run.round_num} of {run.sim.config.rounds} by {run.stopped_by}"))
 
   def on_error(self, run: Run, error: BaseException) -> BaseException:
     during = f"round {run.round_num}" if run.round_num > run.start else "start-up"
