@@ -115,9 +115,13 @@ class ClusterProcess(RoundProcess, RoundPhases):
     sends the actors ids; any other sequence of packed clients is shipped.
 
     Raises:
+      ValueError: client states given for stateless clients, or missing (or
+        not one per client) for stateful ones.
       RunFailed: a worker died more than `RESTARTS` times, raised, or gave
         no result within `runtime.timeout_s`; the cluster connection was lost.
     """
+    from fedsim.runtime.carried_states import check_states  # TFF: loaded by the driver's round
+    check_states(client_states, len(client_data), self.stateful_clients)
     client_input, zero = self.start(state)
     out = self.run_clients(client_input, zero, client_data, client_states)
     acc, outputs = out if self.client_outputs else (out, None)
