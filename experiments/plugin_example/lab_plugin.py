@@ -3,7 +3,8 @@
 It registers one of each kind the lab_example.yaml config next to it uses:
 a Keras model (dropout, and a softmax output as TFF's compression tutorial
 CNN has: fedsim trains on the logits before it), an encoder (round-to-nearest
-quantization), and an aggregation stage built from a TFF aggregator factory.
+quantization), and an aggregation stage built from a TFF aggregator factory;
+and a second encoder chaining TFF's randomized Hadamard rotation before it.
 TensorFlow is imported inside the builders, so `fedsim validate` stays fast.
 """
 
@@ -44,6 +45,19 @@ def uniform_nearest(params: NearestParams):
   """Uniform quantization with round-to-nearest (biased, at most half a step of error)."""
   from fedsim.compression import tensor_encoding_api as te
   return te.chain(te.stages.FlattenEncodingStage(),
+                  te.stages.UniformQuantizationEncodingStage(params.bits, stochastic=False),
+                  te.stages.BitpackingEncodingStage(params.bits))
+
+
+@register_encoder("hadamard_nearest", params=NearestParams)
+def hadamard_nearest(params: NearestParams):
+  """Randomized Hadamard rotation, then round-to-nearest quantization (TFF's stages).
+
+  The rotation's random seed is drawn by fedsim from the run seed and the
+  round, the same for every client and for the server's decode.
+  """
+  from fedsim.compression import tensor_encoding_api as te
+  return te.chain(te.stages.FlattenEncodingStage(), te.stages.HadamardEncodingStage(),
                   te.stages.UniformQuantizationEncodingStage(params.bits, stochastic=False),
                   te.stages.BitpackingEncodingStage(params.bits))
 

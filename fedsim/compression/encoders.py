@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from fedsim.compression import ENCODERS, DirectionSpec
+from fedsim.compression import ENCODERS, DirectionSpec, check
 from fedsim.compression import tensor_encoding_api as te_api
 
 
@@ -51,6 +51,7 @@ def encoder_for(spec: tf.TensorSpec, direction: DirectionSpec | None) -> te_api.
   """
   if direction is None or not is_encoded(spec, direction.min_elements, direction.threshold):
     return te_api.identity_encoder()
+  check.first_use(direction, spec)   # a plugin's encoder, before a run trusts it
   entry = ENCODERS.get(direction.encoder.name)
   token = _ENCODED_SPEC.set(spec)
   try:

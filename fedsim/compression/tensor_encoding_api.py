@@ -12,11 +12,13 @@ re-exported here: `stages` (built-in encoding stages), `EncodingStageInterface`
 and `tf_style_encoding_stage` (to write a stage; `AdaptiveEncodingStageInterface`,
 `tf_style_adaptive_encoding_stage` and `StateAggregationMode` for one with
 server state, as `stages.low_rank`), `Encoder` and `chain`.
-`SeededUniformQuantizationStage` and `SeededHadamardStage` replace the
-built-in stages of the same kind where a run must repeat: tensor_encoding's
-draw unseeded random numbers inside the computation; their noise seeds are
-`fedsim.compression.noise_seeds`' (`noise_key`, `noise_round`, `noise_seed`,
-`salt_or_current`, re-exported here for user stages). What a bit-packing
+tensor_encoding's stages draw unseeded random numbers inside the computation;
+`chain` seeds those draws (see `_ChainedStage`), so a user's chain of them
+repeats and decodes what it encoded on every runtime. fedsim's own encoders
+use `SeededUniformQuantizationStage` and `SeededHadamardStage` instead (the
+latter with signs of each client's own, sent with its value); their noise
+seeds are `fedsim.compression.noise_seeds`' (`noise_key`, `noise_round`,
+`noise_seed`, `salt_or_current`, re-exported here for user stages). What a bit-packing
 stage writes is read here (`packing_bits`, `unpack_symbols`) and analysed in
 `fedsim.compression.bit_packing`; the built-in encoders are assembled in
 `fedsim.compression.encoders`.

@@ -14,7 +14,8 @@ fedsim's mean runs on `local` (TFF's worker) and on `inprocess` (the round's
 MapReduceForm phases in this process's TensorFlow, where an unseeded rotation
 seed is drawn once in `prepare` and again in `update`); `local` and
 `inprocess` must agree exactly for every kind. `ray` runs whole rounds from a
-config: the chain of issue 33 is trained on it in test_tff_chain_runs.py.
+config (test_tff_chain_runs.py): there the chain of issue 33 trains as
+fedsim's `hadamard`, and four kinds' rounds give `inprocess`'s model.
 
 Every `te.stages` export that encodes a float tensor is a kind here;
 `BitpackingEncodingStage` and `DifferenceBetweenIntegersEncodingStage` take
