@@ -8,9 +8,10 @@ with a seed the clients never used and trained digits to chance (0.1056),
 while `local` reached 0.8944. Each case runs both encoders as variants of one
 config; fedsim's `hadamard` at 4 bits with deterministic rounding is the
 reference (its signs differ per client, the chain's per round, so the two
-are not equal, only as accurate). `ray` (on the module's two-node cluster of
-tests/runtime/test_cluster.py) runs by default; `inprocess` and `local` are
-`-m long` (test_tff_stages.py checks their means equal TFF's on every round).
+are not equal, only as accurate). `inprocess`, where the bug was, runs by
+default; `local` and `ray` (on the module's two-node cluster of
+tests/runtime/test_cluster.py) are `-m long` (test_tff_stages.py checks the
+means of `local` and `inprocess` equal TFF's on every round).
 With `-m long`, four stage kinds of test_tff_stages.py (one of each
 randomness) also run a round on the cluster, equal to `inprocess`'s.
 """
@@ -51,8 +52,8 @@ def _runtime(name: str, request) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("runtime", [
-    "ray", pytest.param("inprocess", marks=pytest.mark.long),
-    pytest.param("local", marks=pytest.mark.long)])
+    "inprocess", pytest.param("local", marks=pytest.mark.long),
+    pytest.param("ray", marks=pytest.mark.long)])
 def test_the_te_stages_chain_trains_as_fedsims_hadamard(runtime, request, tmp_path):
   results = fedsim.run({**CONFIG, "runtime": _runtime(runtime, request)}, logdir=tmp_path,
                        progress=False)
