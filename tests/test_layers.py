@@ -14,14 +14,16 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "fedsim"
 LAYERS = (
     # Registries, typed config, errors, random streams, metric names, the task and algorithm types.
     {"fedsim.errors", "fedsim.registry", "fedsim.task", "fedsim.config", "fedsim.seeds",
-     "fedsim.metric_names", "fedsim.control"},
+     "fedsim.metric_names", "fedsim.control", "fedsim.invocation"},
     {"fedsim.data", "fedsim.models", "fedsim.compression", "fedsim.backend", "fedsim.plugins"},
     {"fedsim.aggregation", "fedsim.sizing"},  # stages over encoders; bits of a compiled round
     {"fedsim.learning"},  # client work, stages and composition
     {"fedsim.algorithms", "fedsim.runtime"},
     {"fedsim.reporting"},
     {"fedsim.experiment"},
-    {"fedsim.api", "fedsim.catalog", "fedsim.cli", "fedsim.host_limits", "fedsim"},
+    # A study plays runs through fedsim.api.
+    {"fedsim.api", "fedsim.catalog", "fedsim.cli", "fedsim.host_limits", "fedsim.study",
+     "fedsim"},
 )
 LAYER = {package: i for i, layer in enumerate(LAYERS) for package in layer}
 

@@ -19,9 +19,9 @@ import os
 import pathlib
 from typing import Any, Callable, Mapping, Sequence
 
-from fedsim.api import load_for_variant
 from fedsim.errors import UserError
 from fedsim.experiment.config.loader import expand_variants, load_config, plain
+from fedsim.experiment.config.variant_overrides import load_for_variant
 from fedsim.experiment.resume import check_resumable
 from fedsim.reporting.ownership import lock_run_dir
 from fedsim.reporting.rundir import read_status, write_config

@@ -1,4 +1,5 @@
-"""A resume that fails before its first round leaves `failed` and why, not the dead writer's 'running'."""
+"""A resume that fails before its first round leaves `failed` and why, not the
+dead writer's 'running'."""
 
 from __future__ import annotations
 

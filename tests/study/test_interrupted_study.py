@@ -145,8 +145,8 @@ def _interrupted_study(tmp_path: pathlib.Path, moments: list[str], seed: int) ->
   return study
 
 
-def _assert_equal_studies(got: pathlib.Path, want: pathlib.Path) -> None:
-  for run in RUNS:
+def _assert_equal_studies(got: pathlib.Path, want: pathlib.Path, runs=RUNS) -> None:
+  for run in runs:
     assert (got / run / "status").read_text().startswith("completed"), run
     rows = _rows(got / run)
     assert [r["round"] for r in rows] == ["1", "2", "3"], run
@@ -187,11 +187,16 @@ def test_a_study_interrupted_at_ten_random_moments_equals_the_uninterrupted_one(
 
 
 @pytest.mark.slow
-def test_two_jobs_give_the_sequential_study(reference, tmp_path):
+@pytest.mark.parametrize("variant", [
+    "sgd",  # 3 runs: two at once, then the third
+    pytest.param(None, marks=pytest.mark.long)])  # all 12
+def test_two_jobs_give_the_sequential_study(reference, tmp_path, variant):
   (tmp_path / "proof.yaml").write_text(CONFIG)
+  chosen = ["--variant", variant] if variant else []
   process = _fedsim(str(tmp_path / "proof.yaml"), "--logdir", str(tmp_path / "runs"),
-                    "--jobs", "2")
+                    "--jobs", "2", *chosen)
   out, err = process.communicate(timeout=TIMEOUT_S)
   assert process.returncode == 0, err
-  assert sorted(re.findall(r"^started (\S+) ", out, re.M)) == sorted(RUNS)
-  _assert_equal_studies(tmp_path / "runs" / "proof", reference)
+  runs = [run for run in RUNS if variant is None or run.startswith(f"{variant}-")]
+  assert sorted(re.findall(r"^started (\S+) ", out, re.M)) == sorted(runs)
+  _assert_equal_studies(tmp_path / "runs" / "proof", reference, runs)

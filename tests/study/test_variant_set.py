@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from fedsim import api, cli
+from fedsim import cli
+from fedsim.experiment.config import variant_overrides as per_variant
 from fedsim.errors import UserError
 from fedsim.experiment.config.loader import expand_variants, plain
 
@@ -23,7 +24,7 @@ CONFIG = {
 
 
 def _runs(overrides, variant):
-  return expand_variants(api.load_for_variant(CONFIG, overrides, variant), only=variant)
+  return expand_variants(per_variant.load_for_variant(CONFIG, overrides, variant), only=variant)
 
 
 def test_a_set_with_variant_changes_that_variant_only():
@@ -32,7 +33,7 @@ def test_a_set_with_variant_changes_that_variant_only():
   ((name, cfg),) = _runs(["compression.aggregation.bits=2", "rounds=5"], "u8")
   assert name == "u8" and cfg.rounds == 5
   assert plain(cfg)["compression"]["aggregation"]["bits"] == 2
-  assert api.variant_overrides(CONFIG, ["compression.aggregation.bits=2", "seeds=[1, 2]",
+  assert per_variant.variant_overrides(CONFIG, ["compression.aggregation.bits=2", "seeds=[1, 2]",
                                         "variants.none.rounds=1"], "u8") == [
       "variants.u8.compression.aggregation.bits=2", "seeds=[1, 2]", "variants.none.rounds=1"]
   runs = _runs(["seeds=[1, 2]"], "u8")  # a key of the whole config stays global
