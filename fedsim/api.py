@@ -16,7 +16,8 @@ import pathlib
 import types
 from typing import Any, Callable, Mapping, Sequence
 
-from fedsim.experiment.config.loader import expand_variants, load_config, plain
+from fedsim.experiment.config.loader import expand_variants, plain
+from fedsim.experiment.config.variant_overrides import load_for_variant
 from fedsim.errors import UserError
 
 ConfigSource = str | os.PathLike | Mapping[str, Any]
@@ -50,7 +51,7 @@ def validate(config: ConfigSource, overrides: Sequence[str] = (), *,
     UserError: on bad input, naming the key.
   """
   from fedsim.experiment.config.environment import check_environment
-  _, raw = load_config(config, overrides)
+  raw = load_for_variant(config, overrides, variant)
   runs = expand_variants(raw, only=variant)
   notes = check_environment(runs)
   return Validated([name or _config_name(raw) for name, _ in runs], notes)
@@ -70,7 +71,8 @@ def run(config: ConfigSource, overrides: Sequence[str] = (), logdir: str | os.Pa
 
   Args:
     config: a YAML path or a config mapping.
-    overrides: `dotted.key=value` strings, as the CLI's `--set`.
+    overrides: `dotted.key=value` strings, as the CLI's `--set` (with
+      `variant`, applied to that variant: see `variant_overrides`).
     logdir: root of the run directories (`<logdir>/<name>/<run>/`).
     progress: progress bar on/off; None = only when stdout is a terminal.
     on_run_dir: called with each run directory as soon as it exists.
@@ -112,7 +114,7 @@ def run(config: ConfigSource, overrides: Sequence[str] = (), logdir: str | os.Pa
       RunFailed: a run could not finish (a callback that raised is named).
   """
   from fedsim.experiment import resume as resuming
-  _, raw = load_config(config, overrides)
+  raw = load_for_variant(config, overrides, variant)
   raw = _with_objects(raw, data, model)
   runs = expand_variants(raw, only=variant)  # validates them all before TF is imported
   on_round = _three_argument(on_round)

@@ -49,8 +49,9 @@ def _parser() -> argparse.ArgumentParser:
                         " before anything else, for the models, encoders, ... it"
                         " registers (repeatable; configs can also list `plugins:`)")
 
-  run = sub.add_parser("run", help="run an experiment (all its variants)",
-                       description="Run an experiment: every variant in turn, each into"
+  run = sub.add_parser("run", help="run an experiment's study (all its variants x seeds)",
+                       description="Run an experiment's study: every run (variant x seed),"
+                                   " planned in <logdir>/<name>/study.yaml, each into"
                                    " <logdir>/<name>/<run>/ with metrics.csv, TensorBoard"
                                    " events and config.yaml.")
   add_config_args(run, "experiment config file; left out with --resume, the run's own"
@@ -93,8 +94,9 @@ def _parser() -> argparse.ArgumentParser:
                                        " accuracy, total bits each way, ratio vs. an"
                                        " uncompressed run; per variant over seeds, the"
                                        " mean and 95% interval) and write"
-                                       " accuracy_vs_bits.png and accuracy_vs_rounds.png"
-                                       " into the experiment directory.")
+                                       " accuracy_vs_bits.png and accuracy_vs_rounds.png,"
+                                       " and the table over seeds as study_result.md and"
+                                       " study_result.csv, into the experiment directory.")
   compare.add_argument("--target", type=float, default=None, metavar="ACCURACY",
                        help="also show where each run first reached this eval accuracy:"
                             " its round, cumulative bits both ways and simulated hours;"
@@ -110,10 +112,13 @@ def _parser() -> argparse.ArgumentParser:
                        help="experiment directory holding run directories, e.g. runs/<name>")
 
   status = sub.add_parser("status", help="what happened to runs: status, round, checkpoint",
-                          description="Print one line per run directory: its status"
-                                      " (running, completed, failed, interrupted) and why,"
-                                      " the last round logged, and the checkpoint a"
-                                      " --resume would continue from.")
+                          description="For a study (<logdir>/<name>), one table: a row per"
+                                      " run with its state, round reached, last metric, pid"
+                                      " while running and why it stopped, then the command"
+                                      " that resumes it when one can succeed. Otherwise one"
+                                      " line per run directory: its status and why, the last"
+                                      " round logged, and the checkpoint a --resume would"
+                                      " continue from.")
   status.add_argument("path", nargs="?", default="runs", metavar="DIR",
                       help="a run directory, an experiment directory (runs/<name>) or the"
                            " log directory (default: runs)")
@@ -209,6 +214,8 @@ def _run(args) -> int:
     started.append(study_dir)
     _hint_forced_exit(_resume_command(study_dir, args.plugins))
   on_start = _announce if args.jobs > 1 else (lambda run: None)
+  if target is not None:  # the command to continue is known before anything is read
+    planned(target)
   try:
     if args.config is None:
       study = runner.resume_study(target, args.overrides, jobs=args.jobs,
@@ -258,8 +265,10 @@ def _study_report(study, plugins: Sequence[str]) -> int:
       print(run_summary(outcome.result, outcome.run.label))
   for run in study.live:
     print(f"{run.name()}: left alone, another process is running {run.run_dir}")
-  print(status_table([run_status(r.run_dir) for r in study.planned],
-                     [r.name() for r in study.planned]))
+  statuses = [run_status(r.run_dir) for r in study.planned]
+  print(status_table(statuses, [r.name() for r in study.planned]))
+  if len(statuses) > 1 and all(s.status == "completed" for s in statuses):
+    _study_result(study.study_dir)
   print(f"logs: {study.study_dir}\n"
         f"view: {invocation.command('tensorboard', ['--logdir', str(study.study_dir)])}")
   if not study.failed:
@@ -274,6 +283,18 @@ def _study_report(study, plugins: Sequence[str]) -> int:
   print(f"fedsim: {len(study.failed)} of {len(study.planned)} runs failed; see"
         f" `fedsim status {study.study_dir}`{hint}", file=sys.stderr)
   return 1
+
+
+def _study_result(study_dir: pathlib.Path) -> None:
+  """Prints a complete study's table over seeds (if any variant has several)
+  and writes it, with the accuracy-vs-bits figure, into the study directory."""
+  from fedsim.reporting import compare
+  by_seed = compare.compare_seeds(study_dir)
+  if any(len(row["seeds"]) > 1 for row in by_seed):
+    print(compare.format_seed_comparison(by_seed, compare.WIDTH))
+    for path in compare.write_seed_table(study_dir, by_seed):
+      print(f"table: {path}")
+  print(f"plot: {compare.plot_accuracy_vs_bits(study_dir)}")
 
 
 def _run_one(args, run_dir: pathlib.Path) -> int:
@@ -358,6 +379,8 @@ def _compare(args) -> int:
   if any(len(row["seeds"]) > 1 for row in by_seed):
     print()
     print(compare.format_seed_comparison(by_seed, width))
+    for path in compare.write_seed_table(args.experiment_dir, by_seed):
+      print(f"table: {path}")
   print(f"plot: {compare.plot_accuracy_vs_rounds(args.experiment_dir)}")
   print(f"plot: {compare.plot_accuracy_vs_bits(args.experiment_dir)}")
   if args.target is not None:

@@ -101,6 +101,9 @@ def _import_file(path: pathlib.Path, where: str) -> types.ModuleType:
   name = module_name(path)
   if name in sys.modules:
     return sys.modules[name]
+  if path.is_dir():
+    raise UserError(f"{where}: {path} is a directory; name a .py file in it, or the package"
+                    " as a module (its directory on PYTHONPATH)")
   if not path.is_file():
     raise UserError(f"{where}: file not found ({path})")
   if path.suffix != ".py":  # importlib finds no loader for it

@@ -92,7 +92,8 @@ class RunStatus:
     text = ", ".join(parts)
     message = self.message
     if self.status == "killed" and self.resumable:  # it could not say so itself
-      message += f"; resume with: {invocation.command('fedsim', ['run', '--resume', str(self.run_dir)])}"
+      resume = invocation.command("fedsim", ["run", "--resume", str(self.run_dir)])
+      message += f"; resume with: {resume}"
     return f"{text}: {message}" if message else text
 
 

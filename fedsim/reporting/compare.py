@@ -12,20 +12,23 @@ known and is reported as such rather than estimated from a formula.
 
 from __future__ import annotations
 
+import csv
+import io
 import os
-from typing import Any, Sequence
+import pathlib
+from typing import Any, Mapping, Sequence
 
 from fedsim.reporting import seeds as seed_groups
 # The table and the figures, named here too for callers of fedsim.reporting.compare.
 from fedsim.reporting.compare_plot import (PLOT_NAME, ROUNDS_PLOT_NAME, draw_accuracy,
                                            plot_accuracy_vs_bits, plot_accuracy_vs_rounds)
 from fedsim.reporting.compare_table import (EPSILON, WIDTH, format_comparison,
-                                            format_seed_comparison)
+                                            format_seed_comparison, format_seed_markdown)
 from fedsim.reporting.run_records import ACCURACY, Run, load_runs
 
 __all__ = ["PLOT_NAME", "ROUNDS_PLOT_NAME", "Run", "WIDTH", "compare_runs", "compare_seeds",
            "draw_accuracy", "format_comparison", "format_seed_comparison", "load_runs",
-           "plot_accuracy_vs_bits", "plot_accuracy_vs_rounds"]
+           "plot_accuracy_vs_bits", "plot_accuracy_vs_rounds", "write_seed_table"]
 _DIRECTIONS = ("broadcast", "aggregate")
 
 
@@ -120,11 +123,53 @@ def compare_seeds(experiment_dir: str | os.PathLike) -> list[dict[str, Any]]:
     bits = [sum(run.total_bits(d) or 0 for d in _DIRECTIONS) for run in group.runs]
     mean, half = seed_groups.mean_interval(accuracy) if accuracy else (None, None)
     bits_mean, bits_half = seed_groups.mean_interval(bits)
+    per_round = [b / len(run.metrics) for b, run in zip(bits, group.runs) if run.metrics]
+    round_mean, round_half = (seed_groups.mean_interval(per_round) if per_round
+                              else (None, None))
     rows.append({"variant": group.label, "seeds": list(group.seeds),
                  "runs": [run.name for run in group.runs],
                  ACCURACY: mean, f"{ACCURACY}_interval": half,
-                 "bits": bits_mean, "bits_interval": bits_half if len(set(bits)) > 1 else None})
+                 "bits": bits_mean, "bits_interval": bits_half if len(set(bits)) > 1 else None,
+                 "bits_per_round": round_mean,
+                 "bits_per_round_interval": round_half if len(set(per_round)) > 1 else None})
   return rows
+
+
+def _csv_cell(value: Any) -> str:
+  """Seeds space-separated, floats exactly (repr), none as ''."""
+  if value is None:
+    return ""
+  if isinstance(value, (list, tuple)):
+    return " ".join(map(str, value))
+  return repr(value) if isinstance(value, float) else str(value)
+
+
+RESULT_NAME = "study_result"  # .md and .csv in the experiment directory
+
+
+def write_seed_table(experiment_dir: str | os.PathLike,
+                     rows: Sequence[Mapping[str, Any]]) -> list[pathlib.Path]:
+  """Writes the rows of `compare_seeds` into `experiment_dir` as
+  study_result.md (a Markdown table) and study_result.csv (one column per
+  value, intervals as half-widths; empty where none). Returns both paths.
+
+  Raises:
+    OSError: a file cannot be written.
+  """
+  from fedsim.reporting.rundir import write_text_atomic
+  experiment_dir = pathlib.Path(experiment_dir)
+  keys = ("variant", "seeds", ACCURACY, f"{ACCURACY}_interval", "bits", "bits_interval",
+          "bits_per_round", "bits_per_round_interval")
+  out = io.StringIO()
+  writer = csv.writer(out, lineterminator="\n")
+  writer.writerow(keys)
+  for row in rows:
+    writer.writerow([_csv_cell(row[k]) for k in keys])
+  csv_path = experiment_dir / f"{RESULT_NAME}.csv"
+  write_text_atomic(csv_path, out.getvalue())
+  md_path = experiment_dir / f"{RESULT_NAME}.md"
+  write_text_atomic(md_path, format_seed_markdown(rows) + "\n")
+  return [md_path, csv_path]
 
 
 def _last_accuracy(run: Run) -> float | None:

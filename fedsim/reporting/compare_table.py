@@ -106,23 +106,40 @@ def _wrapped(notes: Sequence[str], width: int | None) -> list[str]:
           for line in (textwrap.wrap(note, width) if width else [note])]
 
 
-def format_seed_comparison(rows: Sequence[Mapping[str, Any]], width: int | None = WIDTH) -> str:
-  """The rows of `compare_seeds` as a text table, with a line saying what the
-  interval is (wrapped to `width`; None: not wrapped)."""
-  def pm(mean, half, kind):
-    text = _cell(mean, kind)
+def _seed_cells(rows: Sequence[Mapping[str, Any]]) -> tuple[tuple, dict]:
+  """(columns, cells) of the seed table: mean +- half-width per value."""
+  def pm(row, key, kind):
+    text = _cell(row[key], kind)
+    half = row.get(f"{key}_interval")
     return text if half is None else f"{text} +- {_cell(half, kind)}"
   columns = (("variant", "variant", "text"), ("seeds", "seeds", "text"),
              (ACCURACY, "eval/accuracy (mean +- 95%)", "accuracy"),
-             ("bits", "bits (mean +- 95%)", "bits"))
+             ("bits", "bits (mean +- 95%)", "bits"),
+             ("bits_per_round", "bits per round (mean +- 95%)", "bits"))
   cells = {columns[0]: [row["variant"] for row in rows],
            columns[1]: [",".join(map(str, row["seeds"])) for row in rows],
-           columns[2]: [pm(row[ACCURACY], row[f"{ACCURACY}_interval"], "accuracy")
-                        for row in rows],
-           columns[3]: [pm(row["bits"], row["bits_interval"], "bits") for row in rows]}
-  note = ("+-: half-width of the 95% t-interval over seeds,"
-          " t(0.975, n-1) * s / sqrt(n), s the sample std of the n seeds")
-  return "\n".join(_aligned(cells, columns) + _wrapped([note], width))
+           **{column: [pm(row, column[0], column[2]) for row in rows] for column in columns[2:]}}
+  return columns, cells
+
+
+_SEED_NOTE = ("+-: half-width of the 95% t-interval over seeds,"
+              " t(0.975, n-1) * s / sqrt(n), s the sample std of the n seeds")
+
+
+def format_seed_comparison(rows: Sequence[Mapping[str, Any]], width: int | None = WIDTH) -> str:
+  """The rows of `compare_seeds` as a text table, with a line saying what the
+  interval is (wrapped to `width`; None: not wrapped)."""
+  columns, cells = _seed_cells(rows)
+  return "\n".join(_aligned(cells, columns) + _wrapped([_SEED_NOTE], width))
+
+
+def format_seed_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
+  """The rows of `compare_seeds` as a Markdown table and the interval's note."""
+  columns, cells = _seed_cells(rows)
+  lines = ["| " + " | ".join(c[1] for c in columns) + " |",
+           "|" + "---|" * len(columns)]
+  lines += ["| " + " | ".join(cells[c][i] for c in columns) + " |" for i in range(len(rows))]
+  return "\n".join([*lines, "", _SEED_NOTE])
 
 
 def _cell(value: Any, kind: str) -> str:

@@ -4,13 +4,17 @@ and the bits it sent each way, in all and per round. Imports no TensorFlow."""
 from __future__ import annotations
 
 from fedsim.metric_names import CLIENTS_AGGREGATED, EVAL_ACCURACY
+from fedsim.reporting.compare_table import EPSILON
 from fedsim.reporting.units import format_bits
 from fedsim.sizing import varying
 
 
+DELTA = "privacy/delta"  # logged beside EPSILON by the DP accountants
+
+
 def run_summary(result, variant: str | None = None) -> str:
   """What `fedsim run` prints after a run: its directory, rounds, final accuracy,
-  the bits sent each way (in all, and per round)."""
+  the bits sent each way (in all, and per round), and with DP the epsilon spent."""
   final = result.final
   sizes = result.size_info
   ref_b, ref_a = result.uncompressed_bits_per_client
@@ -31,6 +35,11 @@ def run_summary(result, variant: str | None = None) -> str:
   ]
   if sizes.broadcast_history:
     lines.append(f"{label}{per_round(result)}")
+  if final.get(EPSILON) is not None:  # differentially private: the guarantee spent
+    delta = final.get(DELTA)
+    lines.append(f"{label}privacy: epsilon {final[EPSILON]:.4g}"
+                 + (f" at delta {delta:.3g}" if delta is not None else "")
+                 + f" after {len(result.metrics)} rounds")
   return "\n".join(lines)
 
 

@@ -28,7 +28,8 @@ def configure_threads(threads: str) -> bool:
     return False
   try:
     tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(os.cpu_count() or 1)
+    # The CPUs this process may use: a study's `--jobs` pins each run to its share.
+    tf.config.threading.set_inter_op_parallelism_threads(len(os.sched_getaffinity(0)) or 1)
   except RuntimeError:  # TF's context exists: its pools are made
     return False
   return True

@@ -43,9 +43,12 @@ import time
 from typing import Callable, Iterator
 
 EXIT_DEADLINE_S = 8.0
-# uv's forwarded copy of a terminal's Ctrl-C arrives within milliseconds (more
-# on a loaded machine); a person's second Ctrl-C takes longer.
-SAME_INTERRUPT_S = 0.25
+# uv's forwarded copy of a terminal's Ctrl-C arrives within milliseconds, but
+# the watcher thread may read the two only hundreds of ms apart on a loaded
+# machine; a person who wants out at once presses again after that.
+SAME_INTERRUPT_S = 1.0
+# What `fedsim run` imports at start-up, for seconds (see `_importing`).
+_STARTUP_PACKAGES = ("tensorflow", "tensorflow_federated", "jax", "keras")
 _HOOK_TIMEOUT_S = 1.0
 
 _lock = threading.RLock()  # A signal handler may run while the main thread holds it.
@@ -185,15 +188,24 @@ def _trace_no_calls(frame, event, arg) -> None:
 
 
 def _importing(frame) -> bool:
-  """Whether `frame` runs inside an import (start-up: TensorFlow's modules
-  loading). No TensorFlow C call is under way to call back into Python, and
-  waiting for the import to return would take longer than the exit deadline
-  (20-40 s on a loaded machine): the interrupt is raised at once."""
+  """Whether `frame` runs inside the import of TensorFlow (or TFF, JAX): start-up.
+
+  Waiting for the import to return would take longer than the exit deadline
+  (20-40 s on a loaded machine), and the import is being abandoned anyway:
+  the interrupt is raised at once. Not inside a garbage-collector callback,
+  where Python would drop it (see `_guarded_caller`).
+  """
+  callbacks = {getattr(cb, "__code__", None) for cb in gc.callbacks} - {None}
+  loading = False
   while frame is not None:
-    if frame.f_code.co_filename.startswith("<frozen importlib"):
-      return True
+    code = frame.f_code
+    if code in callbacks:
+      return False
+    if code.co_name == "<module>" and any(f"{os.sep}{package}{os.sep}" in code.co_filename
+                                          for package in _STARTUP_PACKAGES):
+      loading = True
     frame = frame.f_back
-  return False
+  return loading
 
 
 def _guarded_caller(frame):

@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from fedsim.errors import UserError
 from fedsim.experiment.config.loader import expand_variants, load_config, plain
+from fedsim.experiment.config.variant_overrides import load_for_variant
 from fedsim.experiment.resume import check_resumable
 from fedsim.reporting.ownership import lock_run_dir
 from fedsim.reporting.rundir import read_status, write_config
@@ -79,7 +80,7 @@ def run_study(config: str | os.PathLike | Mapping[str, Any], overrides: Sequence
     KeyboardInterrupt, SystemExit: interrupted; the runs started are
       'interrupted' and the study resumable.
   """
-  _, raw = load_config(config, overrides)
+  raw = load_for_variant(config, overrides, variant)
   runs = expand_variants(raw, only=variant)
   name = runs[0][1].name
   if study_name is not None and name != study_name:

@@ -115,6 +115,21 @@ def test_failing_plugin_is_one_line(tmp_path, spec, source, expected):
   assert str(e.value).startswith(expected) and "\n" not in str(e.value)
 
 
+def test_a_plugin_path_that_is_a_directory_is_called_one(tmp_path, capsys):
+  from fedsim import cli
+  (tmp_path / "myplugins").mkdir()
+  config = _write(tmp_path / "c.yaml",
+                  yaml.safe_dump(_config("p", "mlp", plugins=["./myplugins/"])))
+  with pytest.raises(UserError, match=rf"^plugins\[0\]: ./myplugins/: {tmp_path}/myplugins is a"
+                                      r" directory; name a .py file in it, or the package as a"
+                                      r" module \(its directory on PYTHONPATH\)$"):
+    load_config(config)
+  assert cli.main(["list", "model", "--plugin", str(tmp_path / "myplugins")]) == 2
+  assert capsys.readouterr().err == (
+      f"fedsim: error: --plugin {tmp_path / 'myplugins'}: {tmp_path}/myplugins is a directory;"
+      " name a .py file in it, or the package as a module (its directory on PYTHONPATH)\n")
+
+
 def test_plugins_must_be_a_list_and_not_per_variant(tmp_path):
   with pytest.raises(UserError, match=r"^plugins: expected a list of module names"):
     load_config(_config("p", "mlp", plugins="./x.py"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -256,3 +257,19 @@ def test_run_one_variant(tff_runtime, tmp_path, capsys):
 def test_summary_never_says_one_x_fewer_bits(reference, bits, counter, said):
   from fedsim.reporting.summary import vs_uncompressed
   assert vs_uncompressed(reference, bits, counter_bits=counter) == said
+
+
+def test_every_flag_is_in_the_command_line_reference_table():
+  import re
+  from fedsim import cli
+  page = (pathlib.Path(__file__).resolve().parents[2] / "docs/reference/cli.md").read_text()
+  table = {cell for row in re.findall(r"^\| (`[^|]*(?:\\\|[^|]*)*`) \|", page, re.M)
+           for cell in re.findall(r"`(-[-\w]+)", row)}
+
+  def flags(parser):
+    for action in parser._actions:  # pylint: disable=protected-access
+      yield from action.option_strings
+      for sub in getattr(action, "choices", None) or {}:
+        if isinstance(action.choices[sub], type(parser)):
+          yield from flags(action.choices[sub])
+  assert set(flags(cli._parser())) == table  # every flag, and no flag fedsim lacks

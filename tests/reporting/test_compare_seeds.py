@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -67,10 +69,31 @@ def test_each_variant_reports_mean_and_95_percent_t_interval_over_seeds(experime
     assert row["bits"] == pytest.approx(np.mean(bits))
   assert rows["plain"]["bits_interval"] is None  # every seed sent the same bits
   assert rows["uniform8"]["bits_interval"] == pytest.approx(_t_interval([2400, 2420, 2440])[1])
+  # Two rounds each: per round, the plain seeds 2000 bits, the uniform8 ones 1200-1220.
+  assert rows["plain"]["bits_per_round"] == 2000 and rows["plain"]["bits_per_round_interval"] is None
+  assert rows["uniform8"]["bits_per_round"] == pytest.approx(1210)
+  assert rows["uniform8"]["bits_per_round_interval"] == pytest.approx(
+      _t_interval([1200, 1210, 1220])[1])
   text = format_seed_comparison(compare_seeds(experiment))
   mean, half = _t_interval([0.71, 0.74, 0.69])
   assert f"{mean:.4f} +- {half:.4f}" in text
   assert "t(0.975, n-1) * s / sqrt(n)" in text.splitlines()[-1]
+
+
+def test_the_seed_table_is_written_as_markdown_and_csv(experiment):
+  from fedsim.reporting.compare import write_seed_table
+  md, csv_path = write_seed_table(experiment, compare_seeds(experiment))
+  assert (md.name, csv_path.name) == ("study_result.md", "study_result.csv")
+  lines = md.read_text().splitlines()
+  assert lines[0] == ("| variant | seeds | eval/accuracy (mean +- 95%) | bits (mean +- 95%) |"
+                      " bits per round (mean +- 95%) |")
+  mean, half = _t_interval([0.71, 0.74, 0.69])
+  assert lines[2].startswith(f"| plain | 0,1,2 | {mean:.4f} +- {half:.4f} | ")
+  with open(csv_path, newline="") as f:
+    rows = {row["variant"]: row for row in csv.DictReader(f)}
+  assert rows["plain"]["seeds"] == "0 1 2" and rows["plain"]["bits_interval"] == ""
+  assert float(rows["uniform8"]["bits_per_round"]) == pytest.approx(1210)
+  assert float(rows["plain"]["eval/accuracy_interval"]) == pytest.approx(half, rel=1e-12)
 
 
 def test_band_curves_are_mean_and_interval_per_round(experiment):

@@ -45,3 +45,21 @@ def test_a_controlled_runs_model_share_per_round_is_its_clients_own():
   sizes.broadcast_history, sizes.aggregate_history = [128, 128], [10_200, 10_200]
   result = types.SimpleNamespace(size_info=sizes, metrics=rows)
   assert per_round(result).endswith("aggregate 9.96 Kibit (model 9.77 Kibit); mean of 2 rounds")
+
+
+def test_a_private_runs_summary_says_the_epsilon_it_spent():
+  import pathlib
+  import types
+  from fedsim.reporting.summary import run_summary
+  from fedsim.sizing import ClientWireBits, SizeInfo
+  sizes = SizeInfo(per_client=ClientWireBits(broadcast=64, broadcast_model=64,
+                                             aggregate=64, aggregate_model=64))
+  rows = [{"round": 1, "privacy/epsilon": 0.5, "privacy/delta": 1e-5},
+          {"round": 2, "privacy/epsilon": 0.71234, "privacy/delta": 1e-5}]
+  result = types.SimpleNamespace(final={**rows[0], **rows[1]}, size_info=sizes, metrics=rows,
+                                 uncompressed_bits_per_client=(64, 64),
+                                 run_dir=pathlib.Path("runs/x/dp"))
+  assert run_summary(result, "dp").splitlines()[-1] == (
+      "[dp] privacy: epsilon 0.7123 at delta 1e-05 after 2 rounds")
+  result.final = {"round": 2}
+  assert "privacy" not in run_summary(result)

@@ -12,6 +12,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -21,9 +22,9 @@ SCRIPT = pathlib.Path(__file__).parent / "scripts" / "stuck_exit.py"
 REPO = pathlib.Path(__file__).parents[2]
 
 
-def _start(tmp_path) -> subprocess.Popen:
+def _start(tmp_path, *args: str) -> subprocess.Popen:
   proc = subprocess.Popen(
-      [sys.executable, str(SCRIPT), str(tmp_path)], stdout=subprocess.PIPE,
+      [sys.executable, str(SCRIPT), str(tmp_path), *args], stdout=subprocess.PIPE,
       stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)),
       # As a terminal would: a background job's SIGINT starts ignored.
       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
@@ -40,6 +41,7 @@ def test_second_ctrl_c_exits_at_once(tmp_path):
   proc = _start(tmp_path)
   try:
     _interrupt(proc)
+    time.sleep(signals.SAME_INTERRUPT_S + 0.1)  # a second Ctrl-C, not the first's copy
     proc.send_signal(signal.SIGINT)
     # Well before the deadline: only the second Ctrl-C can have ended it.
     out, err = proc.communicate(timeout=signals.EXIT_DEADLINE_S / 2)
@@ -48,6 +50,26 @@ def test_second_ctrl_c_exits_at_once(tmp_path):
   assert proc.returncode == 130
   assert err == "fedsim: interrupted again; exiting now\n"
   assert (tmp_path / "hook").exists()
+
+
+@pytest.mark.slow
+def test_one_ctrl_c_delivered_twice_is_one_interrupt(tmp_path):
+  """`uv run` in a terminal: the terminal signals the group, uv forwards its copy
+  milliseconds later. The copy neither exits at once nor raises again: the
+  swallowed interrupt runs into the deadline, and the forced exit still says
+  how to resume."""
+  proc = _start(tmp_path, "resume with: fedsim run --resume runs/x")
+  try:
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=signals.EXIT_DEADLINE_S + 10)
+  finally:
+    proc.kill()
+  assert proc.returncode == 130
+  assert out.count("interrupt\n") == 1  # one KeyboardInterrupt
+  assert err == (f"fedsim: still shutting down after {signals.EXIT_DEADLINE_S:.0f} s;"
+                 " exiting now; resume with: fedsim run --resume runs/x\n")
 
 
 @pytest.mark.slow

@@ -1,9 +1,9 @@
 """A process whose way out never ends, under fedsim's exit handlers.
 
-Usage: stuck_exit.py OUT_DIR. Prints 'ready', then swallows every
+Usage: stuck_exit.py OUT_DIR [HINT]. Prints 'ready', then swallows every
 KeyboardInterrupt (printing 'interrupt'), as a blocked shutdown would; only
 the handlers' deadline or a second Ctrl-C can end it. The forced-exit hook
-writes OUT_DIR/hook.
+writes OUT_DIR/hook; HINT is what a forced exit says to resume.
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ import time
 from fedsim.runtime import signals
 
 
-def main(out_dir: str) -> None:
+def main(out_dir: str, hint: str = "") -> None:
   signals.install_exit_handlers()
+  if hint:
+    signals.set_resume_hint(hint)
   with signals.forced_exit_hook(lambda: open(os.path.join(out_dir, "hook"), "w").close()):
     ready = False
     while True:
@@ -30,4 +32,4 @@ def main(out_dir: str) -> None:
 
 
 if __name__ == "__main__":
-  main(sys.argv[1])
+  main(*sys.argv[1:3])
