@@ -66,10 +66,23 @@ def lock_holder():
     child.stdout.close()
 
 
+# Modules that start Ray (a cluster of their own, or fedsim's private instance):
+# one xdist worker runs them one after another, since their checks for leftover
+# Ray processes look at the whole machine.
+RAY_MODULES = frozenset({"tests/runtime/test_cluster.py", "tests/chaos/test_ray_faults.py",
+                         "tests/compression/test_tff_chain_runs.py",
+                         "tests/compression/test_tff_stages.py"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
-  """Leaves out `long` tests unless a -m expression is given (keeps `uv run pytest`,
-  which CI runs, under 20 minutes on 2 cores; `-m long` runs them, `-m "long or not
-  long"` everything)."""
+  """Leaves out `long` tests unless a -m expression is given (`-m long` runs them,
+  `-m "long or not long"` everything), and groups the tests for xdist's
+  `loadgroup`: a module's tests go to one worker (they share its module
+  fixtures), the Ray modules all to one."""
+  for item in items:
+    module = item.nodeid.split("::", 1)[0]
+    item.add_marker(pytest.mark.xdist_group("ray" if module in RAY_MODULES else module))
   if config.option.markexpr:
     return
   kept = [item for item in items if item.get_closest_marker("long") is None]

@@ -204,15 +204,15 @@ def _wrapped_property(name: str) -> property:
 
 
 # The seed stream of the stage call in progress: [int32[2] seed, draws so far].
-_SEEDED_STREAM: contextvars.ContextVar[list | None] = contextvars.ContextVar(
-    "fedsim_seeded_stream", default=None)
+_STAGE_DRAWS: contextvars.ContextVar[list | None] = contextvars.ContextVar(
+    "fedsim_stage_draws", default=None)
 _UNSEEDED = {"uniform": tf.random.uniform, "normal": tf.random.normal}
 
 
 def _next_seed() -> tf.Tensor | None:
   """The stream's next int32[2] seed (draw n gets the seed with n folded in), or
   None outside a seeded stage call (another thread tracing meanwhile)."""
-  stream = _SEEDED_STREAM.get()
+  stream = _STAGE_DRAWS.get()
   if stream is None:
     return None
   seed, count = stream
@@ -251,14 +251,14 @@ def _seeded_draws(seed: tf.Tensor):
   the clients) and again in `update` (the server's decode), so the server
   undoes a rotation the clients never made; runs cannot repeat either.
   """
-  token = _SEEDED_STREAM.set([seed, 0])
+  token = _STAGE_DRAWS.set([seed, 0])
   saved = tf.random.uniform, tf.random.normal
   tf.random.uniform, tf.random.normal = _seeded_uniform, _seeded_normal
   try:
     yield
   finally:
     tf.random.uniform, tf.random.normal = saved
-    _SEEDED_STREAM.reset(token)
+    _STAGE_DRAWS.reset(token)
 
 
 class _ChainedStage(EncodingStageInterface):

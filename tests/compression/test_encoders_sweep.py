@@ -10,6 +10,7 @@ import pytest
 
 from fedsim.catalog import registries
 from fedsim.experiment.config.loader import expand_variants, load_config
+from tests.registries import builtin_names
 
 SWEEP = pathlib.Path(__file__).resolve().parents[2] / "experiments" / "encoders.yaml"
 # identity is the `none` variant's upload; threshold has no size to compare
@@ -39,7 +40,7 @@ def uploads() -> dict[str, tuple[str, bool]]:
 def test_every_registered_encoder_is_swept(uploads):
   encoders = next(r for r in registries() if r.kind == "encoder")
   swept = {encoder for encoder, _ in uploads.values()}
-  assert set(encoders.names()) - NOT_SWEPT <= swept
+  assert set(builtin_names(encoders)) - NOT_SWEPT <= swept
   assert "majority_vote" in swept  # signSGD's own aggregation stage
   assert uploads["none"] == ("identity", False)
 

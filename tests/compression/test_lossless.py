@@ -8,6 +8,7 @@ import pytest
 
 from fedsim.compression import ENCODERS, parse_direction
 from fedsim.compression import huffman
+from tests.registries import builtin_names
 
 N, SEED = 3000, 11
 # Parameters for encoders that need some, and a few widths worth covering.
@@ -74,7 +75,7 @@ def test_decode_refuses_a_cut_stream():
 
 
 def _cases():
-  return [(name, params) for name in sorted(ENCODERS.names())
+  return [(name, params) for name in builtin_names(ENCODERS)
           for params in _PARAMS.get(name, [{}])]
 
 

@@ -11,6 +11,7 @@ import pytest
 from fedsim.data import DATASETS
 from fedsim.data.federated import Examples, FederatedData, client_ids
 from fedsim.errors import UserError
+from tests.registries import builtin_names
 
 
 def examples(labels: list[int]) -> Examples:
@@ -49,7 +50,7 @@ def test_client_ids_sort_numerically():
 
 
 def test_registry_names_and_did_you_mean():
-  assert DATASETS.names() == ["cifar100", "custom", "digits", "emnist", "emnist_synthetic",
+  assert builtin_names(DATASETS) == ["cifar100", "custom", "digits", "emnist", "emnist_synthetic",
                              "shakespeare", "stackoverflow", "synthetic"]
   with pytest.raises(UserError, match=r"^data.name: unknown dataset 'digit' \(did you mean"
                      r" 'digits'\?\)"):

@@ -8,6 +8,7 @@ import pytest
 from fedsim.data.federated import Partitioning
 from fedsim.data.partition import PARTITIONERS, partition
 from fedsim.errors import UserError
+from tests.registries import builtin_names
 
 # 10 labels x 100 examples, in a fixed shuffled order.
 LABELS = np.random.default_rng(0).permutation(np.repeat(np.arange(10), 100))
@@ -22,7 +23,7 @@ def distinct_labels(parts: list[np.ndarray]) -> np.ndarray:
 
 
 def test_registry_holds_the_three_partitioners():
-  assert PARTITIONERS.names() == ["dirichlet", "iid", "shards"]
+  assert builtin_names(PARTITIONERS) == ["dirichlet", "iid", "shards"]
 
 
 @pytest.mark.parametrize("kind", ["iid", "dirichlet", "shards"])

@@ -153,7 +153,7 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_result(tmp_path, variant):
     for name in want.files:
       np.testing.assert_array_equal(got[name], want[name])
   steps = steps_by_tag(run_dir)
-  for tag in ("train/loss", "eval/accuracy", "cumulative_aggregate_bits"):
+  for tag in ("train/loss", "eval/accuracy", "sent/cumulative_aggregate_bits"):
     assert steps[tag] == list(range(1, ROUNDS + 1)), tag
   assert steps["final/eval/accuracy"] == [ROUNDS]
   ref_steps = steps_by_tag(ref_dir)

@@ -60,22 +60,24 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _ours(temp_dir: str) -> list[str]:
-  """Command lines of live processes of the cluster in `temp_dir` (raylet, GCS, ...)."""
-  found = subprocess.run(["pgrep", "-af", temp_dir], capture_output=True, text=True).stdout
+def _ours(temp_dir: str, port: int) -> list[str]:
+  """Command lines of live processes of the cluster in `temp_dir` (raylet, GCS, ...)
+  or of its GCS at `port` (Ray's client server names only the GCS address)."""
+  pattern = f"{temp_dir}|:{port}([^0-9]|$)"
+  found = subprocess.run(["pgrep", "-af", pattern], capture_output=True, text=True).stdout
   return [line for line in found.splitlines() if "pgrep" not in line]
 
 
-def _stop(temp_dir: str) -> None:
+def _stop(temp_dir: str, port: int) -> None:
   """Ends this cluster's processes by pid (`ray stop` would end every Ray on the machine)."""
   for sig in (signal.SIGTERM, signal.SIGKILL):
-    for line in _ours(temp_dir):
+    for line in _ours(temp_dir, port):
       try:
         os.kill(int(line.split()[0]), sig)
       except ProcessLookupError:
         pass
     deadline = time.monotonic() + 2  # Ray's agents ignore SIGTERM: SIGKILL follows
-    while _ours(temp_dir) and time.monotonic() < deadline:
+    while _ours(temp_dir, port) and time.monotonic() < deadline:
       time.sleep(0.2)
 
 
@@ -95,8 +97,8 @@ def ray_cluster():
                    check=True, capture_output=True, timeout=120)
     yield f"127.0.0.1:{port}", temp_dir
   finally:
-    _stop(temp_dir)
-  assert _ours(temp_dir) == []
+    _stop(temp_dir, port)
+  assert _ours(temp_dir, port) == []
   workers = subprocess.run(["pgrep", "-f", "ray::(DyingWorker|ClientWorker)"],
                            capture_output=True, text=True).stdout
   assert workers == ""
