@@ -30,9 +30,9 @@ sys.path.insert(0, str(HERE))
 
 import workloads  # noqa: E402  (bench/workloads.py)
 from run import THREADS_SET, interleaved_ms  # noqa: E402  (bench/run.py; sets TF's pools)
-from fedsim.experiment.client_states import ClientStateStore  # noqa: E402
 from fedsim.experiment.config.loader import load_config  # noqa: E402
 from fedsim.experiment.simulation import build_simulation, client_batches  # noqa: E402
+from fedsim.state.client_states import ClientStateStore  # noqa: E402
 
 TOP1 = [{"name": "encode", "encoder": "topk", "fraction": 0.01}]
 VARIANTS = {

@@ -151,7 +151,7 @@ def _run_plans(plans, logdir, held: contextlib.ExitStack, progress, on_run_dir, 
   first = plans[0][1].runtime  # before TF runs an op; the first run's choice
   runtime_of(first.name).configure(first.params)
   from fedsim.experiment.loop import run_rounds
-  from fedsim.experiment.rewind import rewind_to_start
+  from fedsim.state.rewind import rewind_to_start
   from fedsim.experiment.simulation import build_simulation
   from fedsim.reporting import create_run_dir, mark_failed, mark_interrupted, write_config
   from fedsim.reporting.ownership import lock_run_dir

@@ -20,6 +20,7 @@ LAYERS = (
     {"fedsim.learning"},  # client work, stages and composition
     {"fedsim.algorithms", "fedsim.runtime"},
     {"fedsim.reporting"},
+    {"fedsim.state"},  # checkpoints and client states in a run directory
     {"fedsim.experiment"},
     {"fedsim.api", "fedsim.catalog", "fedsim.host_limits"},
     {"fedsim.study"},  # a study's runs (variants x seeds), each run through the API

@@ -22,9 +22,9 @@ from fedsim.backend import quiet
 from fedsim.errors import HostError
 from fedsim.experiment import run_state
 from fedsim.experiment.callbacks import Callback, standard_callbacks
-from fedsim.experiment.checkpoint import Checkpoint
+from fedsim.state.checkpoint import Checkpoint
 from fedsim.experiment.control import control_metrics, server_view
-from fedsim.experiment.client_states import ClientStateStore
+from fedsim.state.client_states import ClientStateStore
 from fedsim.experiment.round_info import RoundInfo
 from fedsim.experiment.round_result import RoundResult, round_metrics
 from fedsim.experiment.run_state import Run, RunResult

@@ -36,9 +36,9 @@ from typing import Any, Mapping
 import yaml
 
 from fedsim.errors import UserError
-from fedsim.experiment.checkpoint import Checkpoint, intact_checkpoints, latest_checkpoint
 from fedsim.reporting.ownership import RunDirLock, lock_run_dir
 from fedsim.reporting.rundir import read_status
+from fedsim.state.checkpoint import Checkpoint, intact_checkpoints, latest_checkpoint
 
 # Keys whose change does not alter what a round computes. `seeds` lists the
 # sibling runs (this run's is `seed`); `plugins` says where the registered

@@ -16,9 +16,9 @@ import numpy as np
 
 from fedsim.backend import quiet
 from fedsim.experiment import async_loop
-from fedsim.experiment.checkpoint import Checkpoint, restore_client_states
-from fedsim.experiment.durable import check_free_space, state_bytes
-from fedsim.experiment.client_states import ClientStateStore
+from fedsim.state.checkpoint import Checkpoint, restore_client_states
+from fedsim.state.durable import check_free_space, state_bytes
+from fedsim.state.client_states import ClientStateStore
 from fedsim.experiment.simulation import Simulation
 from fedsim.sizing import SizeInfo
 

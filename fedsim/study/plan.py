@@ -22,9 +22,9 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from fedsim.errors import UserError
-from fedsim.experiment.checkpoint import latest_checkpoint
 from fedsim.experiment.resume import belongs
 from fedsim.reporting.rundir import create_run_dir, read_status, write_config, write_text_atomic
+from fedsim.state.checkpoint import latest_checkpoint
 
 STUDY_FILE = "study.yaml"
 _HEADER = ("# The runs of this experiment, one directory each (written by `fedsim run`);\n"

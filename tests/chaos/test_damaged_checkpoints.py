@@ -16,9 +16,9 @@ import yaml
 
 from fedsim import cli
 from fedsim.errors import UserError
-from fedsim.experiment import checkpoint as ckpt
 from fedsim.experiment import resume
 from fedsim.experiment.status import run_status
+from fedsim.state import checkpoint as ckpt
 
 RESOLVED = {"name": "exp", "rounds": 5}
 
@@ -110,7 +110,7 @@ def test_a_checkpoint_written_before_manifests_is_still_taken(tmp_path):
 
 
 def test_unchanged_client_states_are_not_hashed_again(tmp_path, monkeypatch):
-  from fedsim.experiment import checkpoint_manifest
+  from fedsim.state import checkpoint_manifest
   run_dir = _run_with_two_checkpoints(tmp_path)
   hashed = []
   real = checkpoint_manifest._sha256

@@ -8,7 +8,7 @@ import collections
 import numpy as np
 import pytest
 
-from fedsim.experiment.client_states import ClientStateStore
+from fedsim.state.client_states import ClientStateStore
 
 def _state(value):
   return collections.OrderedDict(initialized=np.float32(1.0),

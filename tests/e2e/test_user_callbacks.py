@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import fedsim
-from fedsim.experiment import checkpoint as ckpt
 from fedsim.reporting import read_metrics_csv, read_status
+from fedsim.state import checkpoint as ckpt
 
 CONFIG = {
     "name": "callbacks", "seed": 3, "rounds": 5, "clients_per_round": 3,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedsim.experiment.client_states import ClientStateStore
+from fedsim.state.client_states import ClientStateStore
 
 STATE_BYTES = 4 * 4  # one float32 tensor of 4 elements
 

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from fedsim.errors import HostError, UserError
-from fedsim.experiment import checkpoint as ckpt
-from fedsim.experiment import durable
-from fedsim.experiment.client_states import ClientStateStore
-from fedsim.experiment.rewind import rewind_logs, rewrite_event_file
+from fedsim.state import checkpoint as ckpt
+from fedsim.state import durable
+from fedsim.state.client_states import ClientStateStore
+from fedsim.state.rewind import rewind_logs, rewrite_event_file
 from tests.resume.events import steps_by_tag
 
 

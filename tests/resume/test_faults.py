@@ -14,11 +14,11 @@ import yaml
 
 import fedsim
 from fedsim import cli
-from fedsim.experiment.config.loader import load_config, plain
 from fedsim.errors import RunFailed, UserError
-from fedsim.experiment import checkpoint as ckpt
 from fedsim.experiment import loop
+from fedsim.experiment.config.loader import load_config, plain
 from fedsim.reporting import read_metrics_csv, read_status
+from fedsim.state import checkpoint as ckpt
 from tests.resume.events import steps_by_tag
 
 CONFIG = {

@@ -25,11 +25,11 @@ import yaml
 import fedsim
 from fedsim import cli
 from fedsim.errors import UserError
-from fedsim.experiment import checkpoint as ckpt
 from fedsim.experiment import resume
 from fedsim.experiment.config.loader import load_config, plain
-from fedsim.experiment.rewind import rewind_to_start
 from fedsim.reporting import ownership
+from fedsim.state import checkpoint as ckpt
+from fedsim.state.rewind import rewind_to_start
 from tests.resume.events import steps_by_tag
 
 # Enough rounds that a run stopped or killed at round 2-3 is still far from its

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from fedsim import cli
-from fedsim.experiment import checkpoint as ckpt
 from fedsim.experiment.status import run_status
+from fedsim.state import checkpoint as ckpt
 
 
 def _run_dir(root, name, status, rounds_logged, checkpoint=None, rounds=5, message=""):

@@ -13,10 +13,10 @@ import pytest
 
 from fedsim import cli
 from fedsim.errors import RunFailed
-from fedsim.experiment import checkpoint as ckpt
 from fedsim.reporting.ownership import Writer, _proc_stat
 from fedsim.reporting.rundir import read_status
 from fedsim.runtime import session as sessions
+from fedsim.state import checkpoint as ckpt
 from fedsim.study import runner
 from tests.study.test_plan import CONFIG
 

@@ -1,5 +1,5 @@
 """Checkpoints every `checkpoint.every` rounds and after the last (see
-`fedsim.experiment.checkpoint`); a run resumes from the newest. A run a
+`fedsim.state.checkpoint`); a run resumes from the newest. A run a
 callback stopped early is checkpointed at the round it stopped after, so it
 can be resumed (extended) from there.
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from fedsim.experiment.async_loop import ASYNC_STATE
 from fedsim.experiment.callbacks.base import Callback
-from fedsim.experiment.checkpoint import save_checkpoint
 from fedsim.experiment.round_result import RoundResult
 from fedsim.experiment.run_state import Run
+from fedsim.state.checkpoint import save_checkpoint
 
 
 class Checkpoints(Callback):

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from fedsim.experiment.callbacks.base import Callback
-from fedsim.experiment.checkpoint import export_model
 from fedsim.experiment.run_state import Run
+from fedsim.state.checkpoint import export_model
 
 FINAL_MODEL = "final_model.npz"
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from fedsim.experiment.callbacks.base import Callback
 from fedsim.experiment.callbacks.closing import close_quietly
-from fedsim.experiment.rewind import rewind_logs
 from fedsim.experiment.round_result import RoundResult
 from fedsim.experiment.run_state import Run
 from fedsim.metric_names import (EVAL_ACCURACY, EVAL_ACCURACY_BY_BITS,
                                  EVAL_ACCURACY_BY_SIMULATED_MS, SIMULATED_SECONDS, bits_sent)
 from fedsim.reporting import TensorBoardSink
+from fedsim.state.rewind import rewind_logs
 
 
 class TensorBoard(Callback):

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fedsim.experiment.durable import write_npz
+from fedsim.state.durable import write_npz
 
 _UPDATED = "updated_round"   # the .npz entry holding the round a state was saved in
 _AGE = "error_feedback/residual_age"

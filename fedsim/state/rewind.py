@@ -27,8 +27,8 @@ import pathlib
 import re
 import shutil
 
-from fedsim.experiment.checkpoint import Checkpoint
 from fedsim.metric_names import EVAL_ACCURACY_BY_BITS, EVAL_ACCURACY_BY_SIMULATED_MS
+from fedsim.state.checkpoint import Checkpoint
 
 _EVENTS_PREFIX = "events.out.tfevents."
 # The run's only tags whose steps are not rounds.
