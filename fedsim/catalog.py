@@ -21,7 +21,7 @@ from fedsim.registry import REGISTRIES, Registry, closest
 # Importing these creates and fills every registry fedsim has; the schema
 # last, for any registry a config section uses that the others miss.
 _PACKAGES = ("fedsim.models", "fedsim.data", "fedsim.algorithms", "fedsim.compression",
-             "fedsim.learning.optimizers", "fedsim.experiment.system", "fedsim.aggregation",
+             "fedsim.learning.optimizers", "fedsim.system.clock", "fedsim.aggregation",
              "fedsim.control", "fedsim.experiment.config.schema")
 
 

@@ -15,7 +15,8 @@ LAYERS = (
     # Registries, typed config, errors, random streams, metric names, the task and algorithm types.
     {"fedsim.errors", "fedsim.registry", "fedsim.task", "fedsim.config", "fedsim.seeds",
      "fedsim.metric_names", "fedsim.control", "fedsim.invocation"},
-    {"fedsim.data", "fedsim.models", "fedsim.compression", "fedsim.backend", "fedsim.plugins"},
+    {"fedsim.data", "fedsim.models", "fedsim.compression", "fedsim.backend", "fedsim.plugins",
+     "fedsim.system"},  # system: the simulated devices, links and clock
     {"fedsim.aggregation", "fedsim.sizing"},  # stages over encoders; bits of a compiled round
     {"fedsim.learning"},  # client work, stages and composition
     {"fedsim.algorithms", "fedsim.runtime"},

@@ -1,7 +1,7 @@
 """`link_budget`: each client gets the value that sends the most it can within the deadline.
 
 A sampled client's round takes, as the simulated clock counts it
-(`fedsim.experiment.system.simulate_round`),
+(`fedsim.system.clock.simulate_round`),
 
     (download_bits / down_bps + latency_s) + compute_seconds + (upload_bits(v) / up_bps + latency_s)
 

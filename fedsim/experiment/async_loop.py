@@ -40,7 +40,7 @@ import numpy as np
 from fedsim.errors import RunFailed, UserError
 from fedsim.experiment.round_result import RoundResult, round_metrics
 from fedsim.experiment.simulation import RoundClients, Simulation
-from fedsim.experiment.system import simulate_round
+from fedsim.system.clock import simulate_round
 from fedsim.learning.buffered import BufferedAlgorithm, arrival
 from fedsim.metric_names import (CLIENTS_AGGREGATED, CLIENTS_FAILED, ROUND_SIMULATED_SECONDS,
                                  ROUND_SKIPPED, SIMULATED_SECONDS)

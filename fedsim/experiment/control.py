@@ -204,7 +204,7 @@ def client_views(sim, sampled: Sequence[str], examples: Mapping[str, float], rou
   its examples, and with `system.profiles` its links this round and nominal
   compute time (without the round's random slowdown, which it cannot know)."""
   from fedsim.control import ClientView
-  from fedsim.experiment.profiles import profile_source, round_links
+  from fedsim.system.profiles import profile_source, round_links
   system, seed = sim.config.system, sim.config.seed
   profile_of = (profile_source(system.profiles, seed, sim.data.client_ids)
                 if system.profiles is not None else None)

@@ -10,8 +10,8 @@ import pytest
 
 from fedsim.experiment.config.loader import load_config
 from fedsim.errors import UserError
-from fedsim.experiment.profiles import LogNormal, ProfilesConfig, Uniform
-from fedsim.experiment.system import SystemConfig, simulate_round
+from fedsim.system.profiles import LogNormal, ProfilesConfig, Uniform
+from fedsim.system.clock import SystemConfig, simulate_round
 from fedsim.sizing import ClientWireBits, SizeInfo
 from tests.config.test_config import BASE
 

@@ -9,7 +9,7 @@ import pytest
 
 from fedsim.experiment.config.loader import load_config
 from fedsim.errors import UserError
-from fedsim.experiment.profiles import (ClientProfile, LogNormal, ProfilesConfig, Uniform,
+from fedsim.system.profiles import (ClientProfile, LogNormal, ProfilesConfig, Uniform,
                                         draw_profile, profile_source, round_links)
 from tests.config.test_config import BASE
 

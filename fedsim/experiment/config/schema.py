@@ -12,7 +12,7 @@ from fedsim.compression import parse_compression
 from fedsim.config.typed import Component, bounded, component, custom
 from fedsim.data import DATASETS
 from fedsim.errors import UserError
-from fedsim.experiment.system import SystemConfig
+from fedsim.system.clock import SystemConfig
 from fedsim.models import MODELS
 from fedsim.runtime.registry import RUNTIMES
 
@@ -48,7 +48,7 @@ class ExperimentConfig:
   # empty: one run with `seed`.
   seeds: list[int] = dataclasses.field(default_factory=list)
   # Over-selection: sample clients_per_round + backup_clients, aggregate the
-  # first clients_per_round to finish (see fedsim/experiment/system.py).
+  # first clients_per_round to finish (see fedsim/system/clock.py).
   backup_clients: int = bounded(0, min=0)
   # How a round's clients are drawn (fedsim/data/sampling.py): `fixed`, exactly
   # clients_per_round (+ backup_clients) of them; `poisson`, each client with

@@ -11,8 +11,7 @@ compression shortens rounds on slow links); the slowdown is a seeded
 per-(round, client) factor (`speed`); compute speed, bandwidths, latency
 and availability come from the client's persistent profile
 (`system.profiles`, see `profiles.py`). Without profiles the links are
-infinitely fast and every client is available: only compute counts, as
-before profiles existed. A client may also fail to report at all
+infinitely fast and every client is available: only compute counts. A client may also fail to report at all
 (`dropout_probability`, or offline by its availability).
 
 With `backup_clients` B over `clients_per_round` K, the first K reporting
@@ -32,7 +31,7 @@ from typing import Literal, Mapping, Sequence
 import numpy as np
 
 from fedsim.config.typed import bounded
-from fedsim.experiment.profiles import ProfilesConfig, profile_source, round_links
+from fedsim.system.profiles import ProfilesConfig, profile_source, round_links
 from fedsim.registry import Registry
 from fedsim.seeds import SYSTEM_STREAM
 
