@@ -15,7 +15,7 @@ from fedsim.errors import HostError, RunFailed, UserError
 # gave a KeyboardInterrupt traceback; a SIGTERM, exit -15).
 _LAZY = {"run": "fedsim.api", "validate": "fedsim.api",
          "RoundInfo": "fedsim.experiment.round_info",
-         "Callback": "fedsim.experiment.callbacks.base"}
+         "Callback": "fedsim.experiment.callbacks.callback"}
 
 
 def __getattr__(name: str):

@@ -147,7 +147,7 @@ def _run_plans(plans, logdir, held: contextlib.ExitStack, progress, on_run_dir, 
   """Runs each (variant, cfg, resolved, resumption) of `run`; {variant: RunResult}."""
   from fedsim.backend import quiet
   quiet.import_tff()  # before any module below imports TF/TFF noisily
-  from fedsim.runtime.registry import runtime_of
+  from fedsim.runtime.runtime_registry import runtime_of
   first = plans[0][1].runtime  # before TF runs an op; the first run's choice
   runtime_of(first.name).configure(first.params)
   from fedsim.experiment.loop import run_rounds

@@ -258,7 +258,7 @@ def _resume_command(path: pathlib.Path, plugins: Sequence[str]) -> str:
 def _study_report(study, plugins: Sequence[str]) -> int:
   """Prints each run's summary and the study's status table; 1 if a run failed."""
   from fedsim import invocation
-  from fedsim.experiment.status import run_status, status_table
+  from fedsim.run_status import run_status, status_table
   from fedsim.reporting.summary import run_summary
   for outcome in study.outcomes:
     if outcome.result is not None:
@@ -322,7 +322,7 @@ def _resume_target(args) -> pathlib.Path | None:
   """The directory `--resume` names: RUN_DIR or a study directory as given,
   without one the newest incomplete run's study under --logdir (None without
   --resume, or with `--resume` and CONFIG: the config's own study)."""
-  from fedsim.experiment.status import find_runs
+  from fedsim.run_status import find_runs
   from fedsim.reporting.rundir import read_status
   if args.resume is None:
     if args.config is None:
@@ -393,7 +393,7 @@ def _compare(args) -> int:
 
 
 def _status(args) -> int:
-  from fedsim.experiment.status import find_runs, run_status, status_table
+  from fedsim.run_status import find_runs, run_status, status_table
   path = pathlib.Path(args.path)
   if not _is_study_dir(path):
     statuses = [run_status(run_dir) for run_dir in find_runs(path)]
@@ -416,7 +416,7 @@ def _status(args) -> int:
 
 
 def _data(args) -> int:
-  from fedsim.experiment.describe import describe
+  from fedsim.describe_data import describe
   print(describe(args.config, args.overrides, args.png, variant=args.variant,
                  logdir=args.logdir))
   return 0

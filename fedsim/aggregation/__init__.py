@@ -17,7 +17,7 @@ with the sum that crosses the wire (`sum`). Unless the chain says otherwise,
 the algorithm's mean (weighted by examples, unweighted, or a plain sum: the
 algorithm decides) sits right above the first `sum` stage, so stages listed
 before `encode` see each client's raw update. See `chain.py` for the
-assembly rules and `builtin.py` for the stages fedsim ships.
+assembly rules and `builtin_stages.py` for the stages fedsim ships.
 
 This module parses and checks chains without TensorFlow, so `fedsim validate`
 finds an impossible composition (e.g. example-weighted differential privacy)
@@ -179,7 +179,7 @@ def check_chain(stages: Sequence[Component], kind: str | None, algorithm: str,
   stage may be registered with `check_context(params, context, key)` for rules that
   depend on the experiment (e.g. the clients per round).
   """
-  from fedsim.aggregation.builtin import absorb_clip
+  from fedsim.aggregation.builtin_stages import absorb_clip
   from fedsim.compression import upload_feedback
   upload_feedback(stages)   # error feedback needs its encode stage alone in the chain
   stages = absorb_clip(stages)
@@ -264,4 +264,4 @@ def private_stage(stages: Sequence[Component]) -> tuple[int, Component] | None:
   return None
 
 
-from fedsim.aggregation import builtin, count_sketch, ddp, local_dp, majority  # noqa: E402,F401  (register fedsim's own stages)
+from fedsim.aggregation import builtin_stages, count_sketch, ddp, local_dp, majority  # noqa: E402,F401  (register fedsim's own stages)

@@ -23,7 +23,7 @@ import tensorflow_federated as tff
 
 from fedsim.aggregation import (AGGREGATION_STAGES, COMPLETE, MEAN, PLAIN_SUM, PRIVATE, SUM,
                                 WEIGHTED_MEAN, StageContext, measurement_keys, role_of)
-from fedsim.aggregation.builtin import absorb_clip
+from fedsim.aggregation.builtin_stages import absorb_clip
 from fedsim.config.typed import Component
 from fedsim.errors import UserError
 

@@ -1,6 +1,6 @@
 """What a built dataset looks like: `fedsim data describe`'s text and label plot.
 
-The command itself, which reads a config, is experiment/describe.py.
+The command itself, which reads a config, is fedsim/describe_data.py.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from fedsim.experiment.server_eval import make_evaluator
 from fedsim.learning.buffered import BufferedAlgorithm
 from fedsim.models.functional import TaskModel, build_task_model
 from fedsim.runtime.contract import RoundProcess
-from fedsim.runtime.registry import RuntimeChoice, RuntimeContext, choose_runtime, runtime_of
+from fedsim.runtime.runtime_registry import RuntimeChoice, RuntimeContext, choose_runtime, runtime_of
 from fedsim.sizing import ClientWireBits
 from fedsim.sizing.mapreduce_form import client_wire_bits
 

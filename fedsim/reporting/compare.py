@@ -18,7 +18,7 @@ import os
 import pathlib
 from typing import Any, Mapping, Sequence
 
-from fedsim.reporting import seeds as seed_groups
+from fedsim.reporting import seed_groups
 # The table and the figures, named here too for callers of fedsim.reporting.compare.
 from fedsim.reporting.compare_plot import (PLOT_NAME, ROUNDS_PLOT_NAME, draw_accuracy,
                                            plot_accuracy_vs_bits, plot_accuracy_vs_rounds)
@@ -110,7 +110,7 @@ def compare_seeds(experiment_dir: str | os.PathLike) -> list[dict[str, Any]]:
   Keys: 'variant' (run name without '-seed<N>'), 'seeds' (list), 'runs'
   (their directory names), 'eval/accuracy' (mean over the seeds' last
   evaluated accuracy; None if none evaluated), 'eval/accuracy_interval'
-  (half-width of the 95% t-interval, see `seeds.mean_interval`; None for
+  (half-width of the 95% t-interval, see `seed_groups.mean_interval`; None for
   fewer than 2 seeds), 'bits' (mean total bits, broadcast + aggregate) and
   'bits_interval' (None when every seed sent the same bits).
 

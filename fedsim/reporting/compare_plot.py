@@ -8,7 +8,7 @@ import pathlib
 from typing import Any
 
 from fedsim.errors import UserError
-from fedsim.reporting import seeds as seed_groups
+from fedsim.reporting import seed_groups
 from fedsim.reporting.run_records import ACCURACY, load_runs
 from fedsim.reporting.units import format_bits, format_bits_ticks
 
@@ -22,7 +22,7 @@ def plot_accuracy_vs_bits(experiment_dir: str | os.PathLike,
 
   One line per run that has evaluated at least once; a variant run under
   several seeds is one line (the seeds' mean, at their mean bits) inside a
-  band of mean +- the 95% t-interval (see `seeds.py`). Uses matplotlib's Agg
+  band of mean +- the 95% t-interval (see `seed_groups.py`). Uses matplotlib's Agg
   canvas directly, so the global backend (e.g. a notebook's) is untouched.
 
   Args:

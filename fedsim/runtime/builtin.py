@@ -12,7 +12,7 @@ import weakref
 from typing import Any, Literal
 
 from fedsim.config.typed import bounded
-from fedsim.runtime.registry import (Runtime, RuntimeContext, RuntimeParams, Unsupported,
+from fedsim.runtime.runtime_registry import (Runtime, RuntimeContext, RuntimeParams, Unsupported,
                                      register_runtime)
 
 

@@ -1,6 +1,6 @@
 """The runtime contract: what every runtime's round object does (TF-free).
 
-A runtime (`fedsim.runtime.registry.Runtime`) compiles a built algorithm's
+A runtime (`fedsim.runtime.runtime_registry.Runtime`) compiles a built algorithm's
 round into a `RoundProcess`, and the run loop calls nothing else:
 
     state = process.initialize()

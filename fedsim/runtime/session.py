@@ -20,7 +20,7 @@ import threading
 from typing import Iterator
 
 from fedsim.backend import contexts
-from fedsim.runtime.worker import Worker
+from fedsim.runtime.worker_binary import Worker
 
 # A context's event-loop thread is asked to stop; it ends within milliseconds
 # unless a call is stuck, and then is left (it is a daemon thread).

@@ -118,7 +118,7 @@ def exit_now_if_signalled(code: int) -> None:
   """
   if not _signalled:
     return
-  worker = sys.modules.get("fedsim.runtime.worker")
+  worker = sys.modules.get("fedsim.runtime.worker_binary")
   if worker is not None:
     worker.shutdown()  # Bounded; normally nothing is left by now.
   for stream in (sys.stdout, sys.stderr):
@@ -271,7 +271,7 @@ def force_exit(code: int, why: str) -> None:
   runner = threading.Thread(target=_run_hooks, args=(hooks,), daemon=True)
   runner.start()
   runner.join(_HOOK_TIMEOUT_S)
-  worker = sys.modules.get("fedsim.runtime.worker")  # Loaded only if a worker may exist.
+  worker = sys.modules.get("fedsim.runtime.worker_binary")  # Loaded only if a worker may exist.
   if worker is not None:
     worker.kill_all()
   try:

@@ -1,6 +1,6 @@
 """The `local` runtime's round: TFF's own process behind the runtime contract.
 
-TFF's runtime (its C++ worker, `fedsim.runtime.worker`) runs a whole
+TFF's runtime (its C++ worker, `fedsim.runtime.worker_binary`) runs a whole
 `IterativeProcess.next` or nothing, so this round has no phases; it takes the
 clients as one list, packing every client of the round at once.
 """

@@ -160,5 +160,5 @@ def _prepare(run: PlannedRun, resolved: Mapping[str, Any]) -> str:
 
 
 def _rounds_logged(run_dir: pathlib.Path) -> int:
-  from fedsim.experiment.status import run_status
+  from fedsim.run_status import run_status
   return run_status(run_dir).rounds_done

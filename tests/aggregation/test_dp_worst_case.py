@@ -181,7 +181,7 @@ def _adaptive_queries(clients_per_round: int, noise_multiplier: float):
   fedsim builds: (the clipped sum's, the clipped count's)."""
   import tensorflow_federated as tff
   from fedsim.aggregation import private
-  from fedsim.aggregation.builtin import DpGaussianParams
+  from fedsim.aggregation.builtin_stages import DpGaussianParams
   params = DpGaussianParams(noise_multiplier=noise_multiplier, clip=0.5, adaptive=True)
   context = types.SimpleNamespace(clients_per_round=clients_per_round, seed=0, index=0)
   factory = private.gaussian_factory(params, tff.aggregators.SumFactory(), context)

@@ -17,7 +17,7 @@ import yaml
 from fedsim import cli
 from fedsim.errors import UserError
 from fedsim.experiment import resume
-from fedsim.experiment.status import run_status
+from fedsim.run_status import run_status
 from fedsim.state import checkpoint as ckpt
 
 RESOLVED = {"name": "exp", "rounds": 5}

@@ -171,7 +171,7 @@ def _readme_example(tmp_path):
 
 def test_readme_plugin_example_validates_and_builds_its_data(tmp_path):
   from fedsim.data import DATASETS
-  from fedsim.experiment.describe import describe
+  from fedsim.describe_data import describe
   before = dict(DATASETS._entries)
   try:
     config = _readme_example(tmp_path)

@@ -7,7 +7,7 @@ import yaml
 from fedsim.data import Examples, FederatedData
 from fedsim.data.describe import label_figure
 from fedsim.errors import UserError
-from fedsim.experiment.describe import describe
+from fedsim.describe_data import describe
 
 
 def test_describe_prints_quantiles_and_writes_png(tmp_path):

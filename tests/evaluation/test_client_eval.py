@@ -10,7 +10,7 @@ import pytest
 from fedsim.config.typed import Component
 from fedsim.data.federated import Examples, FederatedData, with_holdout
 from fedsim.runtime.builtin import CompiledParams
-from fedsim.runtime.registry import runtime_of
+from fedsim.runtime.runtime_registry import runtime_of
 from fedsim.models import MODELS
 
 DIM, CLASSES = 4, 3

@@ -13,13 +13,13 @@ import pytest
 import fedsim
 from fedsim.errors import RunFailed, UserError
 from fedsim.experiment.callbacks import Callback, CallbackList, UserCallback, standard_callbacks
-from fedsim.experiment.callbacks.board import ExperimentBoard
+from fedsim.experiment.callbacks.experiment_board import ExperimentBoard
 from fedsim.experiment.callbacks.checkpoints import Checkpoints
 from fedsim.experiment.callbacks.csv_logs import CsvLogs
 from fedsim.experiment.callbacks.evaluation import Evaluation
 from fedsim.experiment.callbacks.final_model import FinalModel
 from fedsim.experiment.callbacks.on_round import OnRound
-from fedsim.experiment.callbacks.status import Status
+from fedsim.experiment.callbacks.status_file import Status
 from fedsim.experiment.callbacks.tensorboard import TensorBoard
 
 

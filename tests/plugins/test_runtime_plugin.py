@@ -25,7 +25,7 @@ CONFIG = {
 def config_dir(tmp_path):
   shutil.copy(__file__.replace("test_runtime_plugin.py", "toy_runtime.py"), tmp_path)
   yield tmp_path
-  from fedsim.runtime.registry import RUNTIMES
+  from fedsim.runtime.runtime_registry import RUNTIMES
   RUNTIMES._entries.pop("one_by_one", None)  # registries are process-wide
   for name in [m for m in sys.modules if "toy_runtime" in m]:
     del sys.modules[name]

@@ -12,7 +12,7 @@ import dataclasses
 from typing import Literal
 
 from fedsim.runtime.contract import RoundProcess
-from fedsim.runtime.registry import Runtime, RuntimeParams, register_runtime
+from fedsim.runtime.runtime_registry import Runtime, RuntimeParams, register_runtime
 
 CALLS: list[int] = []  # clients of each round this runtime ran, for its test to read
 

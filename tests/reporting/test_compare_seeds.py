@@ -12,7 +12,7 @@ from fedsim import cli
 from fedsim.reporting import CsvSink, write_config, write_status
 from fedsim.reporting.compare import (PLOT_NAME, ROUNDS_PLOT_NAME, compare_seeds,
                                       format_seed_comparison, load_runs)
-from fedsim.reporting.seeds import curve, group_by_seed
+from fedsim.reporting.seed_groups import curve, group_by_seed
 
 UNIFORM8 = {"aggregation": {"encoder": "uniform", "bits": 8}}
 # Per seed: eval accuracy after rounds 1 and 2.

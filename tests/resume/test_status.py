@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from fedsim import cli
-from fedsim.experiment.status import run_status
+from fedsim.run_status import run_status
 from fedsim.state import checkpoint as ckpt
 
 

@@ -155,7 +155,7 @@ import tensorflow_federated as tff
 stack = tff.framework.get_context_stack()
 tffs = stack.current
 import fedsim, fedsim.api, fedsim.cli, fedsim.experiment.loop
-from fedsim.runtime import session, signals, worker
+from fedsim.runtime import session, signals, worker_binary
 from fedsim.backend import contexts
 print(stack.current is tffs)
 

@@ -14,7 +14,7 @@ import yaml
 from fedsim import cli
 from fedsim.errors import UserError
 from fedsim.experiment.config.loader import expand_variants, load_config, plain
-from fedsim.experiment.status import run_status
+from fedsim.run_status import run_status
 from fedsim.state import checkpoint as ckpt
 from fedsim.study import runner
 from fedsim.study.plan import read_plan

@@ -1,7 +1,7 @@
 """The run loop's callbacks, and the order a run calls them in.
 
 `on_start` and `after_round` go down the list, `on_end` and `on_error` up it
-(see `base`). The order is the contract:
+(see `callback`). The order is the contract:
 
 0. ExperimentBoard: on_end only, so last: once the status reads
    'completed', the experiment's TensorBoard comparison (HParams sessions,
@@ -18,7 +18,7 @@
    row up to R.
 7. OnRound, then the user's `callbacks=` in the order given: each sees a
    round logged (with its evaluation, on evaluation rounds) and checkpointed,
-   and may stop the run there (see `base`); at the end, they see the status
+   and may stop the run there (see `callback`); at the end, they see the status
    still 'running' and every sink open.
 8. FinalModel: the model is exported at the end, before the user's `on_end`.
 """
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from fedsim.experiment.callbacks.base import Callback, CallbackList, UserCallback
+from fedsim.experiment.callbacks.callback import Callback, CallbackList, UserCallback
 
 __all__ = ["Callback", "CallbackList", "UserCallback", "standard_callbacks"]
 
@@ -47,14 +47,14 @@ def standard_callbacks(progress: bool | None = None,
   # Here, not at the top: the built-ins import the run's TensorFlow side, and
   # `fedsim.Callback` (base) is imported with this package before any run.
   # pylint: disable=g-import-not-at-top
-  from fedsim.experiment.callbacks.board import ExperimentBoard
+  from fedsim.experiment.callbacks.experiment_board import ExperimentBoard
   from fedsim.experiment.callbacks.checkpoints import Checkpoints
   from fedsim.experiment.callbacks.csv_logs import CsvLogs
   from fedsim.experiment.callbacks.evaluation import Evaluation
   from fedsim.experiment.callbacks.final_model import FinalModel
   from fedsim.experiment.callbacks.on_round import OnRound
-  from fedsim.experiment.callbacks.progress import ProgressBar
-  from fedsim.experiment.callbacks.status import Status
+  from fedsim.experiment.callbacks.progress_bar import ProgressBar
+  from fedsim.experiment.callbacks.status_file import Status
   from fedsim.experiment.callbacks.tensorboard import TensorBoard
   callbacks = [ExperimentBoard(), Status(check_runtime), Evaluation(), CsvLogs(), TensorBoard(),
                ProgressBar(progress), Checkpoints()]

@@ -10,7 +10,7 @@ promises that metrics.csv holds every round up to R.
 from __future__ import annotations
 
 from fedsim.experiment.async_loop import ASYNC_STATE
-from fedsim.experiment.callbacks.base import Callback
+from fedsim.experiment.callbacks.callback import Callback
 from fedsim.experiment.round_result import RoundResult
 from fedsim.experiment.run_state import Run
 from fedsim.state.checkpoint import save_checkpoint

@@ -6,7 +6,7 @@ become `run.history`: metrics.csv is where the past rounds' metrics live.
 
 from __future__ import annotations
 
-from fedsim.experiment.callbacks.base import Callback
+from fedsim.experiment.callbacks.callback import Callback
 from fedsim.experiment.callbacks.closing import close_quietly
 from fedsim.experiment.round_result import RoundResult
 from fedsim.experiment.run_state import Run

@@ -6,7 +6,7 @@ round's metrics, so it runs before the callbacks that log them.
 
 from __future__ import annotations
 
-from fedsim.experiment.callbacks.base import Callback
+from fedsim.experiment.callbacks.callback import Callback
 from fedsim.experiment.round_result import RoundResult
 from fedsim.experiment.run_state import Run
 

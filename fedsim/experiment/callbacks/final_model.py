@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fedsim.experiment.callbacks.base import Callback
+from fedsim.experiment.callbacks.callback import Callback
 from fedsim.experiment.run_state import Run
 from fedsim.state.checkpoint import export_model
 

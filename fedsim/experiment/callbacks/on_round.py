@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from fedsim.experiment.callbacks.base import Callback
+from fedsim.experiment.callbacks.callback import Callback
 from fedsim.experiment.round_info import RoundInfo
 from fedsim.experiment.round_result import RoundResult
 from fedsim.experiment.run_state import Run

@@ -10,7 +10,7 @@ the checkpoint (`rewind.rewind_logs`), before the writer opens a new one.
 
 from __future__ import annotations
 
-from fedsim.experiment.callbacks.base import Callback
+from fedsim.experiment.callbacks.callback import Callback
 from fedsim.experiment.callbacks.closing import close_quietly
 from fedsim.experiment.round_result import RoundResult
 from fedsim.experiment.run_state import Run

@@ -64,7 +64,7 @@ def _check(config: ExperimentConfig) -> Iterator[str]:
     if isinstance(builder, str) and ":" in builder:
       resolve(builder, key=key)  # imports the module: UserError naming the key
       yield f"not checked: what {key}.builder {builder} returns (it runs in a run)"
-  from fedsim.runtime.registry import runtime_of
+  from fedsim.runtime.runtime_registry import runtime_of
   if runtime_of(config.runtime.name).device(config.runtime.params) == "gpu":
     yield from _gpu()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from fedsim.runtime.registry import RUNTIMES
+from fedsim.runtime.runtime_registry import RUNTIMES
 
 # The flat section's keys and the defaults it wrote.
 _OLD_RUNTIME_DEFAULTS = {

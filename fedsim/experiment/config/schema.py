@@ -14,7 +14,7 @@ from fedsim.data import DATASETS
 from fedsim.errors import UserError
 from fedsim.system.clock import SystemConfig
 from fedsim.models import MODELS
-from fedsim.runtime.registry import RUNTIMES
+from fedsim.runtime.runtime_registry import RUNTIMES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +58,7 @@ class ExperimentConfig:
   sampling_rate: float | None = bounded(None, gt=0, max=1, used_with=("sampling", "poisson"))
   system: SystemConfig = dataclasses.field(default_factory=SystemConfig)
   eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
-  # Which runtime runs the rounds, with its own keys (fedsim/runtime/registry.py;
+  # Which runtime runs the rounds, with its own keys (fedsim/runtime/runtime_registry.py;
   # `fedsim list runtime`).
   runtime: Component = component(RUNTIMES, {"name": "auto"})
   checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)

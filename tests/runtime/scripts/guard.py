@@ -19,7 +19,7 @@ from fedsim.errors import RunFailed
 from fedsim import runtime
 from fedsim.backend import quiet
 from fedsim.runtime import session as runtime_session
-from fedsim.runtime import worker as runtime_worker
+from fedsim.runtime import worker_binary as runtime_worker
 
 tff = quiet.import_tff()
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fedsim.experiment.callbacks.base import Callback
+from fedsim.experiment.callbacks.callback import Callback
 from fedsim.experiment.round_result import RoundResult
 from fedsim.experiment.run_state import Run
 from fedsim.reporting import Progress

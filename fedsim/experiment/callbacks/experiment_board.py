@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 
 from fedsim.errors import UserError
-from fedsim.experiment.callbacks.base import Callback
+from fedsim.experiment.callbacks.callback import Callback
 from fedsim.experiment.run_state import Run
 from fedsim.reporting import board
 

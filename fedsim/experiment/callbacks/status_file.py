@@ -6,7 +6,7 @@ import pathlib
 from typing import Callable
 
 from fedsim.errors import RunFailed, host_error
-from fedsim.experiment.callbacks.base import Callback
+from fedsim.experiment.callbacks.callback import Callback
 from fedsim.experiment.run_state import Run
 from fedsim.reporting import write_status
 
