@@ -37,7 +37,8 @@ sys.path.insert(0, str(HERE))
 
 import workloads  # noqa: E402
 from fedsim.experiment.config.loader import plain  # noqa: E402
-from fedsim.experiment.simulation import RoundClients, cluster_worker  # noqa: E402
+from fedsim.experiment.round_clients import RoundClients  # noqa: E402
+from fedsim.experiment.simulation import cluster_worker  # noqa: E402
 from fedsim.runtime import cluster, inprocess  # noqa: E402
 
 

@@ -23,7 +23,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import workloads  # noqa: E402
-from fedsim.experiment.simulation import RoundClients  # noqa: E402
+from fedsim.experiment.round_clients import RoundClients  # noqa: E402
 from fedsim.runtime import inprocess  # noqa: E402
 
 MIB = 2**20

@@ -38,7 +38,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import workloads  # noqa: E402  (bench/workloads.py)
-from fedsim.runtime.inprocess import configure_threads  # noqa: E402
+from fedsim.runtime.devices import configure_threads  # noqa: E402
 
 # As `fedsim run` does for inprocess, before TensorFlow runs its first op.
 THREADS_SET = configure_threads("clients")

@@ -44,7 +44,7 @@ def scaling_rows(counts, population: int, log: Callable[[str], None] = print) ->
     ValueError: a count above `population`.
   """
   import workloads
-  from fedsim.experiment.simulation import RoundClients
+  from fedsim.experiment.round_clients import RoundClients
   from fedsim.runtime import inprocess
   if max(counts) > population:
     raise ValueError(f"{max(counts)} clients per round from a population of {population}")

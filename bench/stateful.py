@@ -31,7 +31,8 @@ sys.path.insert(0, str(HERE))
 import workloads  # noqa: E402  (bench/workloads.py)
 from run import THREADS_SET, interleaved_ms  # noqa: E402  (bench/run.py; sets TF's pools)
 from fedsim.experiment.config.loader import load_config  # noqa: E402
-from fedsim.experiment.simulation import build_simulation, client_batches  # noqa: E402
+from fedsim.experiment.round_clients import pack_client  # noqa: E402
+from fedsim.experiment.simulation import build_simulation  # noqa: E402
 from fedsim.state.client_states import ClientStateStore  # noqa: E402
 
 TOP1 = [{"name": "encode", "encoder": "topk", "fraction": 0.01}]
@@ -62,7 +63,7 @@ def round_fn(variant: str, runtime: str, tmp: pathlib.Path):
   sim = build_simulation(load_config(variant_config(variant, runtime))[0])
   process = sim.round_process
   ids = list(sim.data.client_ids[:10])
-  packed = list(client_batches(sim, 1, ids).values())
+  packed = [pack_client(sim, 1, cid) for cid in ids]
   state = [process.initialize()]
   store = (ClientStateStore(tmp / variant / runtime, sim.algorithm.initial_client_state)
            if sim.algorithm.stateful_clients else None)

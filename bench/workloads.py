@@ -15,7 +15,8 @@ runtime.install_guard()  # before any computation: never TFF's own worker
 
 import baselines  # noqa: E402  (bench/baselines.py)
 from fedsim.experiment.config.loader import load_config  # noqa: E402
-from fedsim.experiment.simulation import build_simulation, client_batches  # noqa: E402
+from fedsim.experiment.round_clients import pack_client  # noqa: E402
+from fedsim.experiment.simulation import build_simulation  # noqa: E402
 from fedsim.models import keras_models  # noqa: E402
 from fedsim.runtime import inprocess  # noqa: E402
 
@@ -79,7 +80,7 @@ class Workload:
       clients = [(self.sim.data.clients[c].x, self.sim.data.clients[c].y) for c in ids]
       return baselines.stock_tff_round(self._keras_model, clients, BATCH_SIZE,
                                        CLIENT_LR, SERVER_LR)
-    packed = list(client_batches(self.sim, 1, ids).values())
+    packed = [pack_client(self.sim, 1, cid) for cid in ids]
     if runtime == "graph_loop":
       dtype = {"float32": tf.float32, "bfloat16": tf.bfloat16}[self.precision]
       return baselines.graph_loop_round(

@@ -35,18 +35,9 @@ class Task:
 
 
 @dataclasses.dataclass(frozen=True)
-class ClientStateSlot:
-  """One tensor a client keeps between the rounds it takes part in."""
-
-  path: tuple          # keys / indices into the client state, e.g. ('residual', 0)
-  shape: tuple
-  dtype: str           # NumPy's name, e.g. 'float32'
-
-
-@dataclasses.dataclass(frozen=True)
 class FederatedAlgorithm:
   """A built algorithm, the round plan a runtime compiles: the TFF process of its
-  composed stages, its client-state slots and its schedule, and what the run
+  composed stages, the state each client starts from and its schedule, and what the run
   loop needs around them (client packing, sizing, measurement names)."""
 
   # 'synchronous': each round trains the sampled clients on one model and
@@ -70,27 +61,7 @@ class FederatedAlgorithm:
   def stateful_clients(self) -> bool:
     return self.initial_client_state is not None
 
-  @property
-  def client_state_slots(self) -> tuple[ClientStateSlot, ...]:
-    """What each client keeps, leaf by leaf in the state's order (() when stateless)."""
-    return tuple(ClientStateSlot(path, tuple(getattr(leaf, "shape", ())),
-                                 str(getattr(leaf, "dtype", type(leaf).__name__)))
-                 for path, leaf in _leaves_with_paths(self.initial_client_state, ()))
-
   def model_weights(self, state) -> Any:
     """The model that is evaluated, checkpointed and exported."""
     return state.global_model_weights
 
-
-def _leaves_with_paths(value: Any, path: tuple):
-  """(path, leaf) of a nested structure of mappings and sequences, in insertion order."""
-  if value is None:
-    return
-  if isinstance(value, dict):
-    for key, child in value.items():
-      yield from _leaves_with_paths(child, path + (key,))
-  elif isinstance(value, (list, tuple)):
-    for i, child in enumerate(value):
-      yield from _leaves_with_paths(child, path + (i,))
-  else:
-    yield path, value

@@ -256,12 +256,4 @@ def privacy_ledgers(stages: Sequence[Component], scope: PrivacyScope) -> Privacy
   return PrivacyLedgers(ledgers) if ledgers else None
 
 
-def private_stage(stages: Sequence[Component]) -> tuple[int, Component] | None:
-  """The (index, stage) of the chain's differentially private stage, if any."""
-  for i, stage in enumerate(stages):
-    if role_of(stage) == PRIVATE:
-      return i, stage
-  return None
-
-
 from fedsim.aggregation import builtin_stages, count_sketch, ddp, local_dp, majority  # noqa: E402,F401  (register fedsim's own stages)

@@ -60,11 +60,6 @@ def defer() -> None:
       sys.meta_path.insert(0, _DeferringFinder())
 
 
-def is_deferred(name: str) -> bool:
-  """True if module `name` is imported but its code has not run yet."""
-  return isinstance(sys.modules.get(name), _DeferredModule)
-
-
 class _DeferringFinder(importlib.abc.MetaPathFinder):
 
   def find_spec(self, fullname, path, target=None):

@@ -76,11 +76,6 @@ def _describe(value: Any) -> str:
   return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _type_name(tp: Any) -> str:
-  names = {bool: "true/false", int: "an integer", float: "a number", str: "a string"}
-  return names.get(tp, getattr(tp, "__name__", str(tp)))
-
-
 def parse(cls: type, data: Any, key: str = "", reserved: tuple[str, ...] = ()) -> Any:
   """Builds dataclass `cls` from mapping `data`; `key` is its dotted config path.
 

@@ -39,7 +39,8 @@ import numpy as np
 
 from fedsim.errors import RunFailed, UserError
 from fedsim.experiment.round_result import RoundResult, round_metrics
-from fedsim.experiment.simulation import RoundClients, Simulation
+from fedsim.experiment.round_clients import RoundClients
+from fedsim.experiment.simulation import Simulation
 from fedsim.system.clock import simulate_round
 from fedsim.learning.buffered import BufferedAlgorithm, arrival
 from fedsim.metric_names import (CLIENTS_AGGREGATED, CLIENTS_FAILED, ROUND_SIMULATED_SECONDS,

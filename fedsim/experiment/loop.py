@@ -28,7 +28,8 @@ from fedsim.state.client_states import ClientStateStore
 from fedsim.experiment.round_info import RoundInfo
 from fedsim.experiment.round_result import RoundResult, round_metrics
 from fedsim.experiment.run_state import Run, RunResult
-from fedsim.experiment.simulation import RoundClients, Simulation
+from fedsim.experiment.round_clients import RoundClients
+from fedsim.experiment.simulation import Simulation
 from fedsim.system.clock import RoundOutcome, simulate_round
 from fedsim.metric_names import (CLIENTS_AGGREGATED, CLIENTS_FAILED, ROUND_SIMULATED_SECONDS,
                                  ROUND_SKIPPED, SIMULATED_SECONDS)

@@ -71,8 +71,3 @@ class RoundClients(Sequence):
     return {cid: float(packed_examples(self.sim.data.client_size(cid), params.batch_size,
                                        epochs=plan.epochs, steps=plan.steps))
             for cid in self.ids}
-
-
-def client_batches(sim: Simulation, round_num: int, client_ids) -> dict[str, dict[str, np.ndarray]]:
-  """Packed local-training input of each client for this round (seeded), by id."""
-  return {cid: pack_client(sim, round_num, cid) for cid in client_ids}

@@ -18,9 +18,7 @@ from fedsim.data import DATASETS
 from fedsim.data.federated import FederatedData, with_holdout
 from fedsim.data.sampling import ClientSampler
 from fedsim.errors import UserError
-# One round's clients and the server's evaluator, importable from here as they always were.
-from fedsim.experiment.round_clients import (RoundClients, client_batches,  # noqa: F401
-                                             pack_client)
+from fedsim.experiment.round_clients import RoundClients
 from fedsim.experiment.server_eval import make_evaluator
 from fedsim.learning.buffered import BufferedAlgorithm
 from fedsim.models.functional import TaskModel, build_task_model

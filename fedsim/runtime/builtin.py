@@ -78,9 +78,9 @@ class InProcess(Runtime):
     return self._compiled(algorithm, params)
 
   def _compiled(self, algorithm, params):
-    from fedsim.runtime import inprocess
+    from fedsim.runtime import devices, inprocess
     key = algorithm.process
-    device = inprocess.select_device(params.device)  # UserError for a missing GPU
+    device = devices.select_device(params.device)  # UserError for a missing GPU
     found = _COMPILED.get(key)
     if found is None or found[0] != device:
       try:
@@ -97,7 +97,7 @@ class InProcess(Runtime):
     return inprocess.tensorflow_function(computation, params.device)
 
   def configure(self, params) -> bool:
-    from fedsim.runtime.inprocess import configure_threads
+    from fedsim.runtime.devices import configure_threads
     return configure_threads(params.threads)
 
   def precision(self, params) -> str:

@@ -32,8 +32,7 @@ from fedsim.backend.mapreduce import map_reduce_form
 from fedsim.runtime import carried_states
 from fedsim.runtime.chunks import chunks as client_chunks, concatenate
 from fedsim.runtime.contract import RoundPhases, RoundProcess
-# Where the round runs; importable from here, as they always were.
-from fedsim.runtime.devices import DEVICES, configure_threads, select_device  # noqa: F401
+from fedsim.runtime.devices import select_device
 from fedsim.runtime.round_graphs import build_round_graphs
 
 # Client data concatenated for one graph call: bounds the copy a round makes

@@ -31,11 +31,6 @@ _guard: Worker | None = None
 _guard_context = None
 
 
-def guard_worker() -> Worker | None:
-  """The worker that runs computations made outside sessions, if started."""
-  return _guard
-
-
 def _guard_stub():
   global _guard
   with _guard_lock:

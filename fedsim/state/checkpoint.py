@@ -48,8 +48,6 @@ import numpy as np
 from fedsim.errors import UserError, host_error
 from fedsim.state.checkpoint_manifest import COMPLETE, damage, write_manifest
 from fedsim.state.durable import fsync_file, write_npz, write_synced
-# Imported from here by the final-model callback and tests.
-from fedsim.state.model_export import export_model  # noqa: F401
 
 CHECKPOINTS = "checkpoints"
 SERVER_STATE = "server_state.npz"

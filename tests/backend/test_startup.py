@@ -54,9 +54,14 @@ def _ran():
   return builtins.fedsim_test_ran
 
 
+def _deferred(name: str) -> bool:
+  """Module `name` is imported but its code has not run yet."""
+  return isinstance(sys.modules.get(name), lazy_imports._DeferredModule)  # pylint: disable=protected-access
+
+
 def test_code_runs_once_at_the_first_read_in_the_same_object(fake):
   import fedsim_fake_dp as held
-  assert _ran() == [] and lazy_imports.is_deferred("fedsim_fake_dp")
+  assert _ran() == [] and _deferred("fedsim_fake_dp")
   assert held.__name__ == "fedsim_fake_dp" and held.__file__.endswith("__init__.py")
   other = held.Other
   assert _ran() == ["fedsim_fake_dp"]
@@ -109,7 +114,7 @@ def test_a_failing_package_raises_at_first_use_and_is_imported_afresh(fake):
     fedsim_fake_broken.anything  # pylint: disable=pointless-statement
   assert fake("fedsim_fake_broken") is None
   import fedsim_fake_broken as again
-  assert again is not fedsim_fake_broken and lazy_imports.is_deferred("fedsim_fake_broken")
+  assert again is not fedsim_fake_broken and _deferred("fedsim_fake_broken")
 
 
 def test_a_first_use_inside_a_traced_function_runs_the_package_at_top_level(fake, tmp_path):
@@ -140,12 +145,13 @@ def test_tff_imported_by_fedsim_defers_its_dp_packages_until_a_dp_factory_needs_
       import sys
       from fedsim.backend import lazy_imports, quiet
       tff = quiet.import_tff()
-      print([lazy_imports.is_deferred(n) for n in ("tensorflow_privacy", "dp_accounting")],
+      deferred = lambda n: isinstance(sys.modules.get(n), lazy_imports._DeferredModule)
+      print([deferred(n) for n in ("tensorflow_privacy", "dp_accounting")],
             [n in sys.modules for n in ("tensorflow_probability", "scipy.stats")])
       factory = tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
           noise_multiplier=1.0, clients_per_round=10, clip=1.0)
       import tensorflow_privacy
-      print([lazy_imports.is_deferred(n) for n in ("tensorflow_privacy", "dp_accounting")],
+      print([deferred(n) for n in ("tensorflow_privacy", "dp_accounting")],
             factory._query.__class__ is tensorflow_privacy.NormalizedQuery)
       import gc
       print(gc.isenabled(), gc.get_freeze_count() > 100_000)  # the import's objects, frozen

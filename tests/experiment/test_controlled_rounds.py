@@ -211,7 +211,8 @@ def test_a_mixed_round_is_the_weighted_mean_of_its_groups(tff_runtime):
   the two groups' single-value rounds from the same state."""
   del tff_runtime
   from fedsim.experiment.config.loader import parse_config
-  from fedsim.experiment.simulation import RoundClients, build_simulation
+  from fedsim.experiment.round_clients import RoundClients
+  from fedsim.experiment.simulation import build_simulation
   from fedsim.runtime.mixed import next_mixed
   sim = build_simulation(parse_config(_config(
       {"controller": "test_alternate", "low": 2, "high": 8, "initial": 2})))
@@ -252,7 +253,8 @@ def test_a_mixed_round_with_error_feedback_gives_each_client_its_own_residual(tf
   new residual is what its own value's round gives it alone."""
   del tff_runtime
   from fedsim.experiment.config.loader import parse_config
-  from fedsim.experiment.simulation import RoundClients, build_simulation
+  from fedsim.experiment.round_clients import RoundClients
+  from fedsim.experiment.simulation import build_simulation
   from fedsim.runtime.mixed import next_mixed
   config = _config({"controller": "test_alternate", "low": 2, "high": 8, "initial": 2})
   config["aggregation"][0]["error_feedback"] = True
@@ -300,7 +302,8 @@ def test_every_numeric_encoder_parameter_can_differ_between_clients(tff_runtime,
   the smaller)."""
   del tff_runtime
   from fedsim.experiment.config.loader import parse_config
-  from fedsim.experiment.simulation import RoundClients, build_simulation
+  from fedsim.experiment.round_clients import RoundClients
+  from fedsim.experiment.simulation import build_simulation
   from fedsim.runtime.mixed import next_mixed
   low, high = values
   config = _config(2)

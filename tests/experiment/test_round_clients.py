@@ -10,7 +10,7 @@ import pytest
 
 from fedsim.data.federated import Examples, federate
 from fedsim.data.packing import pack
-from fedsim.experiment.simulation import RoundClients, client_batches
+from fedsim.experiment.round_clients import RoundClients, pack_client
 from fedsim.seeds import PACK_STREAM
 from fedsim.task import ClientPlan
 
@@ -60,11 +60,10 @@ def test_a_client_packs_as_pack_with_its_round_and_population_index(name):
     got = clients[k]
     for key in ("x", "y", "mask"):
       np.testing.assert_array_equal(got[key], getattr(want, key))
-  # Each access packs anew, alike; `client_batches` gives the same arrays.
+  # Each access packs anew, alike; `pack_client` gives the same arrays.
   np.testing.assert_array_equal(clients[0]["x"], clients[0]["x"])
-  eager = client_batches(sim, ROUND, ids)
   for cid, got in zip(ids, clients):
-    np.testing.assert_array_equal(got["y"], eager[cid]["y"])
+    np.testing.assert_array_equal(got["y"], pack_client(sim, ROUND, cid)["y"])
 
 
 def test_slices_and_subsets_stay_lazy_rounds_of_the_same_round():

@@ -13,11 +13,11 @@ import tensorflow as tf
 from fedsim.config.typed import Component, parse
 from fedsim.data.federated import Examples, FederatedData
 from fedsim.errors import UserError
-from fedsim.experiment.simulation import make_evaluator
+from fedsim.experiment.server_eval import make_evaluator
 from fedsim.learning.loss import batch_gradient, batch_loss
 from fedsim.models import MODELS
 from fedsim.models.functional import build_task_model
-from fedsim.state.checkpoint import export_model
+from fedsim.state.model_export import export_model
 from tests.models import keras_builders
 
 B = "tests.models.keras_builders"

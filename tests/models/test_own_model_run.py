@@ -12,7 +12,7 @@ from fedsim.config.typed import Component, parse
 from fedsim.data import DATASETS
 from fedsim.models import MODELS
 from fedsim.models.functional import build_task_model
-from fedsim.state.checkpoint import export_model
+from fedsim.state.model_export import export_model
 from tests.models import keras_builders
 
 ARGS = {"hidden": 16, "dropout": 0.3, "softmax": "dense"}

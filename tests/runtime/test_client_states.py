@@ -101,15 +101,20 @@ def test_chunks_run_apart_and_merged_equal_one_round(case):
   _assert_equal(split, whole)
 
 
-def test_the_plan_declares_its_client_state_slots_and_schedule():
-  slots = _algorithm("scaffold").client_state_slots
-  assert [(s.path, s.shape, s.dtype) for s in slots] == [
-      (("control_variate", 0), (3, 2), "float32"), (("control_variate", 1), (2,), "float32")]
-  residual = _algorithm("fedavg_topk_error_feedback").client_state_slots
-  assert [s.path for s in residual] == [("residual", 0), ("residual", 1)]
+def _shapes(state):
+  """{key: [(shape, dtype) of each tensor]} of a client state (a mapping of sequences)."""
+  return {key: [(np.shape(leaf), np.asarray(leaf).dtype.name) for leaf in leaves]
+          for key, leaves in state.items()}
+
+
+def test_the_plan_declares_its_initial_client_state_and_schedule():
+  assert _shapes(_algorithm("scaffold").initial_client_state) == {
+      "control_variate": [((3, 2), "float32"), ((2,), "float32")]}
+  residual = _shapes(_algorithm("fedavg_topk_error_feedback").initial_client_state)
+  assert residual == {"residual": [((3, 2), "float32"), ((2,), "float32")]}
   assert _algorithm("scaffold").schedule == "synchronous"
   stateless = builders.algorithm("fedavg", {}, builders.task_model(num_classes=2))
-  assert stateless.client_state_slots == () and not stateless.stateful_clients
+  assert stateless.initial_client_state is None and not stateless.stateful_clients
 
 
 def test_client_states_must_come_exactly_when_the_clients_keep_state():

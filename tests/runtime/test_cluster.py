@@ -122,7 +122,8 @@ def _assert_close(got, want, exact: bool) -> None:
 def test_a_run_on_the_cluster_equals_inprocess(ray_cluster, tmp_path):
   """fedsim.run on the cluster (FedAvg, no compression) against the rounds the
   loop plays (every sampled client aggregated) on `inprocess`."""
-  from fedsim.experiment.simulation import RoundClients, build_simulation
+  from fedsim.experiment.round_clients import RoundClients
+  from fedsim.experiment.simulation import build_simulation
   address, _ = ray_cluster
   sim = build_simulation(parse_config(CONFIG))
   state = sim.round_process.initialize()
@@ -237,7 +238,7 @@ def on_cluster(ray_cluster):
 
 
 def _round(sim, round_num, ids):
-  from fedsim.experiment.simulation import RoundClients
+  from fedsim.experiment.round_clients import RoundClients
   return RoundClients(sim, round_num, ids)
 
 

@@ -13,7 +13,7 @@ import tensorflow_federated as tff
 from fedsim.compression import parse_compression
 from fedsim.errors import UserError
 from fedsim.learning import local_training
-from fedsim.runtime import inprocess
+from fedsim.runtime import devices, inprocess
 from tests.learning import builders
 
 
@@ -112,16 +112,16 @@ def test_initialize_matches_tff_runtime(tff_runtime):
     ("cpu", [], "/CPU:0"), ("gpu", ["gpu0", "gpu1"], "/GPU:0"),
 ])
 def test_select_device(requested, gpus, device):
-  assert inprocess.select_device(requested, gpus) == device
+  assert devices.select_device(requested, gpus) == device
 
 
 @pytest.mark.parametrize("visible,device", [([], "/CPU:0"), (["gpu0"], "/GPU:0")])
 def test_select_device_asks_tensorflow(monkeypatch, visible, device):
   # Whatever this machine has: 'auto' follows what TensorFlow reports.
   asked = []
-  monkeypatch.setattr(inprocess.tf.config, "list_physical_devices",
+  monkeypatch.setattr(devices.tf.config, "list_physical_devices",
                       lambda kind: asked.append(kind) or visible)
-  assert inprocess.select_device("auto") == device
+  assert devices.select_device("auto") == device
   assert asked == ["GPU"]
 
 
@@ -131,7 +131,7 @@ def test_select_device_asks_tensorflow(monkeypatch, visible, device):
 ])
 def test_select_device_rejects(requested, message):
   with pytest.raises(UserError, match=message):
-    inprocess.select_device(requested, [])
+    devices.select_device(requested, [])
 
 
 def _two_phase_process():

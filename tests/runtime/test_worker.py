@@ -165,7 +165,7 @@ def total(values):
 
 with session.session({str(tmp_path / "worker.log")!r}) as w:
   print(stack.current is tffs, total([1, 2]))
-print(stack.current is tffs, session.guard_worker())
+print(stack.current is tffs, session._guard)
 """
   result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=_env(), cwd=tmp_path, timeout=PIPE_TIMEOUT_S, check=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fedsim.experiment.callbacks.callback import Callback
 from fedsim.experiment.run_state import Run
-from fedsim.state.checkpoint import export_model
+from fedsim.state.model_export import export_model
 
 FINAL_MODEL = "final_model.npz"
 

@@ -58,9 +58,9 @@ def wait_dead(worker) -> None:
 
 def main(out_dir: str) -> None:
   runtime.install_guard()
-  report = {"guard_before_call": runtime_session.guard_worker() is None}
+  report = {"guard_before_call": runtime_session._guard is None}
   report["guard_result"] = int(total([1, 2, 3]))
-  guard = runtime_session.guard_worker()
+  guard = runtime_session._guard
   report["guard_pid"], report["guard_log"] = guard.pid, guard.log_path
   report["children"] = worker_children()
   report["own_stdout"] = os.readlink("/proc/self/fd/1")
@@ -99,12 +99,12 @@ def main(out_dir: str) -> None:
       report["check_alive"] = str(e)
   report["threads_added_by_sessions"] = event_loop_threads() - threads_before
   report["after_sessions_result"] = int(total([7, 8]))
-  report["guard_pid_after_sessions"] = runtime_session.guard_worker().pid
+  report["guard_pid_after_sessions"] = runtime_session._guard.pid
   # A dead guard worker is replaced at the next call.
   os.kill(guard.pid, signal.SIGKILL)
   wait_dead(guard)
   report["replaced_guard_result"] = int(total([1, 1]))
-  report["replaced_guard_pid"] = runtime_session.guard_worker().pid
+  report["replaced_guard_pid"] = runtime_session._guard.pid
 
   try:
     runtime_worker.Worker(os.path.join(out_dir, "bad.log"), binary="/bin/false").start()
