@@ -223,7 +223,7 @@ def _callbacks(callbacks: Sequence[Any]) -> list:
 
 def _three_argument(on_round: Callable[..., None] | None) -> Callable[..., None] | None:
   """`on_round` as the loop calls it, (round, metrics, info); two-argument
-  callbacks (fedsim's earlier form) get the first two."""
+  callbacks, (round, metrics), get the first two."""
   if on_round is None:
     return None
   try:

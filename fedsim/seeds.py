@@ -49,7 +49,6 @@ HOLDOUT_STREAM = _stream("HOLDOUT_STREAM", 7,
 PROFILE_STREAM = _stream("PROFILE_STREAM", 8, "a client's device profile, then client key")
 JITTER_STREAM = _stream("JITTER_STREAM", 9,
                         "per-round jitter of a profile, then round and client key")
-# Was 7, HOLDOUT_STREAM's id: round r's device draws were client r's hold-out draws.
 SYSTEM_STREAM = _stream("SYSTEM_STREAM", 10,
                         "device speed and dropout of a round's clients, then round number")
 SKETCH_STREAM = _stream("SKETCH_STREAM", 11,

@@ -10,7 +10,7 @@ import collections
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "fedsim"
-# Bottom to top, after STYLE.md's "Layers import downward".
+# Bottom to top: a package may import its own layer and those below it.
 LAYERS = (
     # Registries, typed config, errors, random streams, metric names, the task and algorithm types.
     {"fedsim.errors", "fedsim.registry", "fedsim.task", "fedsim.config", "fedsim.seeds",
@@ -98,6 +98,6 @@ _RENAMED_ELSEWHERE = {"error_feedback.py", "threshold.py", "levels.py"}
 
 def test_no_two_modules_share_a_file_name():
   """Two modules with one file name are two concepts wearing one name, or one concept
-  in two places (STYLE.md): rename or merge."""
+  in two places: rename or merge (one concept per module, one home per concept)."""
   names = collections.Counter(p.name for p in ROOT.rglob("*.py") if p.name != "__init__.py")
   assert {n for n, count in names.items() if count > 1} - _RENAMED_ELSEWHERE == set()

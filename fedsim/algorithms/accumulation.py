@@ -1,6 +1,6 @@
 """The `gradient_accumulation` section shared by algorithms that train locally.
 
-Horovod's local gradient aggregation (seed 003) sums the gradients of
+Horovod's local gradient aggregation sums the gradients of
 `backward_passes_per_step` batches and applies them in one optimizer step.
 Where fedsim and Horovod differ, both are options, fedsim's default first:
 

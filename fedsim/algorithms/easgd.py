@@ -13,7 +13,7 @@ and the server moves the center by the sum over the clients that reported:
 The center is the model that is evaluated, checkpointed and exported; the
 local models are client state (kept on disk by the run loop).
 
-Defaults follow TensorFlow's `ElasticAverageOptimizer` (seed 002):
+Defaults follow TensorFlow's `ElasticAverageOptimizer`:
     alpha = 0.9 / tau / p,   rho = alpha / (client learning rate),
 with p the number of workers, here `clients_per_round` (the clients whose
 moves sum into the center each round): p alpha = 0.9 / tau, the paper's

@@ -8,7 +8,7 @@ examples processed, or 1 for uniform weighting) the server forms
     Delta = sum_i n_i (w - w_i) / sum_i n_i,    w <- ServerOpt(w, Delta),
 which for server SGD with learning rate 1 is the weighted mean of the w_i.
 
-`client_optimizer_state: keep` follows coMind's FedAvg (seed 000), whose
+`client_optimizer_state: keep` follows coMind's FedAvg, whose
 workers keep their optimizer slots across averaging intervals: each client
 keeps its optimizer state (momentum, Adam's moments and step) across the
 rounds it takes part in, on disk as client state. `reset` (the default, as

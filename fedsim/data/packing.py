@@ -1,8 +1,8 @@
 """A client's examples as dense, padded batch tensors for local training.
 
 Handing each client a tf.data dataset costs a fixed 8-30 ms per client in
-this stack; feeding pre-batched tensors with a padding mask is ~10x faster
-(see NOTES.md). Padding rows are all zeros with mask 0, so a masked mean over
+this stack; feeding pre-batched tensors with a padding mask is ~10x faster.
+Padding rows are all zeros with mask 0, so a masked mean over
 a batch ignores them.
 """
 

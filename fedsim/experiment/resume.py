@@ -16,7 +16,7 @@ change neither results nor the state's structure; otherwise the resumed run
 would silently mix two experiments.
 
 A resume continues from the newest checkpoint whose files match their
-manifest (`checkpoint_manifest`): damaged newer ones are renamed
+manifest (`fedsim.state.checkpoint_manifest`): damaged newer ones are renamed
 `damaged_round_<R>` (kept for inspection, never read again) and one line says
 so; with none intact it refuses rather than restart and cut the logs. The
 run's text logs must decode as UTF-8 before anything is rewound. Imports no

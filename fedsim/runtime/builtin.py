@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from fedsim.config.typed import bounded
 from fedsim.runtime.runtime_registry import (Runtime, RuntimeContext, RuntimeParams, Unsupported,
-                                     register_runtime)
+                                             register_runtime)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -166,7 +166,7 @@ def _raise_outside_tensorflow(frame, error: BaseException) -> None:
   traceback. The caller's local trace function raises `error` at the
   caller's next event (its next line, or its return), as a debugger stops a
   frame. Under a debugger or coverage tool, which owns tracing, it is raised
-  at once, as before.
+  at once.
   """
   caller = _guarded_caller(frame)
   if caller is None or sys.gettrace() is not None or _importing(frame):

@@ -6,7 +6,7 @@ A checkpoint of round R is the directory `run_dir/checkpoints/round_<R>/`:
                     model, server optimizer, distributor / aggregator / encoder
                     state), in `tf.nest.flatten` order. The structure is not
                     stored: it is that of `process.initialize()` for the same
-                    config, which resuming insists on (see `resume.py`).
+                    config, which resuming insists on (see `fedsim.experiment.resume`).
   progress.json     the round number, cumulative simulated seconds, the bits of
                     every round so far (SizeInfo histories) and the wall time at
                     which the checkpoint was taken (see `rewind.py`).

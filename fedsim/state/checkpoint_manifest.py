@@ -12,8 +12,8 @@ unchanged, so their digest is taken from the previous manifest when the file
 is the same inode with the same size and mtime: a checkpoint hashes only the
 states written since the last one.
 
-Checkpoints written before manifests (COMPLETE holds 'round R') are trusted as
-they are, as before. Imports no TensorFlow.
+A checkpoint whose COMPLETE holds only 'round R' (written before manifests
+existed) is trusted as it is. Imports no TensorFlow.
 """
 
 from __future__ import annotations

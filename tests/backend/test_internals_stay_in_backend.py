@@ -1,7 +1,7 @@
 """Private TF, TFF, tensorflow_privacy and dp_accounting internals are used only in
 fedsim/backend/, so an upgrade of those packages touches one package of fedsim;
 tensor_encoding's (tensorflow_model_optimization) only in its one module,
-compression/tensor_encoding_api.py (STYLE.md, "Keep TFF at arm's length")."""
+compression/tensor_encoding_api.py: TFF is kept at arm's length."""
 
 from __future__ import annotations
 

@@ -128,7 +128,7 @@ def _schedule():
 
 
 def test_kept_client_momentum_matches_comind(tff_runtime):
-  """client_optimizer_state: keep (coMind's seed 000): each client's momentum
+  """client_optimizer_state: keep (coMind's FedAvg): each client's momentum
   accumulator survives between the rounds it takes part in."""
   model = builders.task_model()
   alg = builders.algorithm("fedavg", {

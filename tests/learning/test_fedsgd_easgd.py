@@ -91,7 +91,7 @@ def test_easgd_two_rounds_match_numpy(tff_runtime, rho):
 
 
 def test_easgd_defaults_are_tensorflows():
-  """ElasticAverageOptimizer (seed 002): moving_rate = 0.9 / period / workers,
+  """ElasticAverageOptimizer: moving_rate = 0.9 / period / workers,
   rho = moving_rate / learning rate; workers = clients_per_round."""
   from fedsim.algorithms import ALGORITHMS
   from fedsim.config.typed import parse

@@ -70,7 +70,7 @@ def test_accumulation_options_match_their_definitions(optimizers, k, divide_by, 
 
 @pytest.mark.parametrize("average,divide_by", [(True, "backward_passes"), (False, "none")])
 def test_horovod_accumulation_with_adam_matches_its_helper(average, divide_by):
-  """Horovod's semantics (seed 003): constant divisor, passes counted as iterations."""
+  """Horovod's semantics: constant divisor, passes counted as iterations."""
   rng = np.random.default_rng(11)
   w0, b0 = _start(rng)
   batches = _batches(rng, steps=6, batch=4, dim=4, classes=3)

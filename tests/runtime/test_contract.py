@@ -12,7 +12,7 @@ import pytest
 import fedsim
 from fedsim.runtime.contract import RoundProcess
 from fedsim.runtime.runtime_registry import (RUNTIMES, Runtime, RuntimeContext, Unsupported,
-                                     choose_runtime, register_runtime)
+                                             choose_runtime, register_runtime)
 from fedsim.task import ClientPlan, FederatedAlgorithm
 
 

@@ -10,7 +10,7 @@ import pytest
 from fedsim.experiment.config.loader import load_config
 from fedsim.errors import UserError
 from fedsim.system.profiles import (ClientProfile, LogNormal, ProfilesConfig, Uniform,
-                                        draw_profile, profile_source, round_links)
+                                    draw_profile, profile_source, round_links)
 from tests.config.test_config import BASE
 
 HEADER = "client_id,compute_speed,down_bps,up_bps,latency_s,availability\n"
