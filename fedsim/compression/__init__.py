@@ -139,8 +139,7 @@ class DirectionSpec:
   min_elements: int | None = DEFAULT_MIN_ELEMENTS
   threshold: int | None = None
   # Upload: each client keeps what its encoder dropped and adds it to its next
-  # update (see `fedsim.compression.error_feedback`); broadcast: the server
-  # does (see `fedsim.compression.broadcast`).
+  # update; broadcast: the server does (see `fedsim.compression.feedback`).
   error_feedback: bool = False
   # "huffman": the packed symbols are sent as their Huffman code, and counted
   # at its size (see `fedsim.compression.lossless`).

@@ -19,6 +19,7 @@ import time
 from typing import Any, Callable, Mapping, Sequence
 
 from fedsim.backend import quiet
+from fedsim.compression.feedback import residual_ages
 from fedsim.errors import HostError
 from fedsim.experiment import run_state
 from fedsim.experiment.callbacks import Callback, standard_callbacks
@@ -188,7 +189,9 @@ def _run_groups(sim: Simulation, state, states: ClientStateStore | None,
   if states is None:
     return out[0], out[1], None
   order = [cid for ids in by_process.values() for cid in ids]
-  return out[0], out[1], states.save(order, out[2], round_num)  # residual ages
+  ages = residual_ages(sim.algorithm.initial_client_state, states.last_updated(order), round_num)
+  states.save(order, out[2], round_num)
+  return out[0], out[1], ages
 
 
 def _outcome_metrics(outcome: RoundOutcome, simulated_total: float) -> dict[str, float]:
