@@ -24,7 +24,7 @@ from typing import Any, Callable, Literal, Mapping
 
 from fedsim.config.typed import Component, bounded, parse
 from fedsim.errors import UserError
-from fedsim.compression.controlled import ControlSpec, parse_control
+from fedsim.control.parsing import ControlSpec, parse_control
 from fedsim.registry import NoParams, Registry, closest
 
 # reports_own_bits: the encoder sends shapes that depend on the values (see `reports_own_bits`).

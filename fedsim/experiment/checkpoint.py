@@ -54,7 +54,7 @@ from fedsim.experiment.model_export import export_model  # noqa: F401
 CHECKPOINTS = "checkpoints"
 SERVER_STATE = "server_state.npz"
 PROGRESS = "progress.json"
-CONTROL = "control.json"  # a controller's state (fedsim.experiment.control)
+CONTROL = "control.json"  # a controller's state (fedsim.control.engine)
 CLIENT_STATES = "client_states"
 _NAME = re.compile(r"round_(\d+)")
 
