@@ -91,13 +91,8 @@ def test_an_import_inside_a_function_is_seen():
       ("fedsim.experiment", 4), ("fedsim.experiment.loop", 4)}
 
 
-# Being renamed on the `control` branch (error feedback, encoder catalogue): empty this
-# set once that branch is merged.
-_RENAMED_ELSEWHERE = {"error_feedback.py", "threshold.py", "levels.py"}
-
-
 def test_no_two_modules_share_a_file_name():
   """Two modules with one file name are two concepts wearing one name, or one concept
   in two places: rename or merge (one concept per module, one home per concept)."""
   names = collections.Counter(p.name for p in ROOT.rglob("*.py") if p.name != "__init__.py")
-  assert {n for n, count in names.items() if count > 1} - _RENAMED_ELSEWHERE == set()
+  assert {n for n, count in names.items() if count > 1} == set()

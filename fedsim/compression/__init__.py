@@ -13,8 +13,9 @@ with *more* than 10,000), or one that is not floating point, is sent
 unchanged too: small tensors (biases) gain little and are the most sensitive
 to error.
 
-This module only registers encoders and parses config; TensorFlow is imported
-by the builders, when a process is built.
+This module holds the encoder registry and parses config; fedsim's own
+encoders are registered in `fedsim.compression.encoder_catalog`. TensorFlow is
+imported by the builders, when a process is built.
 """
 
 from __future__ import annotations
@@ -24,49 +25,13 @@ from typing import Any, Callable, Literal, Mapping
 
 from fedsim.config.typed import Component, bounded, parse
 from fedsim.errors import UserError
-from fedsim.compression.controlled import ControlSpec, parse_control
+from fedsim.control.parsing import ControlSpec, parse_control
 from fedsim.registry import NoParams, Registry, closest
 
 # reports_own_bits: the encoder sends shapes that depend on the values (see `reports_own_bits`).
 ENCODERS = Registry("encoder", traits={"reports_own_bits": False})
 
 _DIRECTIONS = ("broadcast", "aggregation")
-
-
-@dataclasses.dataclass(frozen=True)
-class QuantizationParams:
-  """Uniform quantization to `bits` bits per element, then bit packing.
-
-  `stochastic` rounding (up with probability equal to the remainder) is
-  unbiased, which is what a mean over clients wants; its error per element is
-  below one step (max - min) / (2**bits - 1). `deterministic` rounds to the
-  nearest level: at most half a step, but biased.
-  """
-
-  bits: int = bounded(8, min=1, max=16)
-  rounding: Literal["stochastic", "deterministic"] = "stochastic"
-
-
-@ENCODERS.register("identity")
-def _identity(params: NoParams) -> Any:
-  """Sends tensors unchanged (32 bits per float32 element)."""
-  del params
-  from fedsim.compression import tensor_encoding_api as te_api
-  return te_api.identity_encoder()
-
-
-@ENCODERS.register("uniform", params=QuantizationParams)
-def _uniform(params: QuantizationParams) -> Any:
-  """Uniform quantization between the tensor's min and max, bit-packed."""
-  from fedsim.compression.encoders import quantization_encoder
-  return quantization_encoder(params.bits, params.rounding == "stochastic", rotate=False)
-
-
-@ENCODERS.register("hadamard", params=QuantizationParams)
-def _hadamard(params: QuantizationParams) -> Any:
-  """Randomized Hadamard rotation (pads to a power of two), then uniform quantization."""
-  from fedsim.compression.encoders import quantization_encoder
-  return quantization_encoder(params.bits, params.rounding == "stochastic", rotate=True)
 
 
 def register_encoder(name: str, params: type = NoParams, replace: bool = False, *,
@@ -139,8 +104,7 @@ class DirectionSpec:
   min_elements: int | None = DEFAULT_MIN_ELEMENTS
   threshold: int | None = None
   # Upload: each client keeps what its encoder dropped and adds it to its next
-  # update (see `fedsim.compression.error_feedback`); broadcast: the server
-  # does (see `fedsim.compression.broadcast`).
+  # update; broadcast: the server does (see `fedsim.compression.feedback`).
   error_feedback: bool = False
   # "huffman": the packed symbols are sent as their Huffman code, and counted
   # at its size (see `fedsim.compression.lossless`).
@@ -290,11 +254,5 @@ def upload_feedback(stages: Any) -> DirectionSpec | None:
   return stage.params
 
 
-# The encoders papers compare (qsgd, terngrad, sign, drive, topk, randk, kashin)
-# register themselves exactly as a plugin's would.
-from fedsim.compression import papers as _papers  # noqa: E402,F401
-# Threshold sparsification, whose bits vary with the values (measured per round).
-from fedsim.compression import threshold as _threshold  # noqa: E402,F401
-# Half precision casts and QLoRA's blockwise NormalFloat, registered the same way.
-from fedsim.compression import half_precision as _half_precision  # noqa: E402,F401
-from fedsim.compression import nf4 as _nf4  # noqa: E402,F401
+# fedsim's own encoders, registered as a plugin's would be.
+from fedsim.compression import encoder_catalog as _encoder_catalog  # noqa: E402,F401

@@ -7,12 +7,10 @@ shows the encoded size. The server, which encodes, also measures what it
 sends (measurement `wire`, see `fedsim.compression.wire_meter`): the same
 for every client.
 
-With `error_feedback: true` the server keeps what its encoder dropped
-(Seide et al. 2014; Karimireddy et al. 2019, on the downlink as in
-DoubleSqueeze, Tang et al. 2019): it encodes x_t = w_t + e_t, every client
-decodes C(x_t), and e_{t+1} = x_t - C(x_t), the server decoding its own
-encoding to know it. The residual is part of the process's server state, so
-it is checkpointed and resumed with it.
+With `error_feedback: true` the server keeps what its encoder dropped and
+adds it to the next model it sends (`fedsim.compression.feedback`); the
+residual is part of the process's server state, so it is checkpointed and
+resumed with it.
 """
 
 from __future__ import annotations
@@ -20,10 +18,9 @@ from __future__ import annotations
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from fedsim.compression import DirectionSpec
+from fedsim.compression import DirectionSpec, feedback, wire_meter
 from fedsim.compression import tensor_encoding_api as te_api
-from fedsim.compression import wire_meter
-from fedsim.compression.encoders import encoder_for, tensor_specs
+from fedsim.compression.encoders import encoder_at, tensor_specs
 
 
 def build_encoded_broadcast(
@@ -65,20 +62,19 @@ def build_encoded_broadcast(
     raise TypeError(f"every tensor of weights_type needs a known shape, got {weights_type}")
   encoders, meters = [], []
   for index, tensor_spec in enumerate(flat_specs):
-    with te_api.noise_key(seed, index):
-      encoder = encoder_for(tensor_spec, spec)
+    encoder = encoder_at(tensor_spec, spec, seed, index)
     encoders.append(te_api.simple_encoder(encoder, tensor_spec))
     meters.append(wire_meter.WireMeter.of(encoder, tensor_spec,
                                           spec is not None and spec.lossless == "huffman"))
 
-  feedback = spec is not None and spec.error_feedback
+  keeps_residual = spec is not None and spec.error_feedback
 
   @tff.tensorflow.computation
   def initial_state():
     state = {"encoders": [e.initial_state() for e in encoders],
              "round": tf.constant(0, tf.int32)}
-    if feedback:
-      state["residual"] = [tf.zeros(s.shape, s.dtype) for s in flat_specs]
+    if keeps_residual:
+      state["residual"] = feedback.initial_server_residual(flat_specs)
     return state
 
   @tff.federated_computation
@@ -90,18 +86,16 @@ def build_encoded_broadcast(
   @tff.tensorflow.computation(state_type, weights_type)
   def encode(state, value):
     flat = tf.nest.flatten(value)
-    if feedback:
-      flat = [x + r for x, r in zip(flat, state["residual"])]
+    if keeps_residual:
+      flat = feedback.add_residual(flat, state["residual"])
     with te_api.noise_round(state["round"]):
       pairs = [e.encode(x, s) for e, x, s in zip(encoders, flat, state["encoders"])]
     wire = wire_meter.measure_value(meters, [p[0] for p in pairs])
     new_state = {"encoders": [tuple(p[1]) for p in pairs], "round": state["round"] + 1}
     measurements = {"wire": wire}
-    if feedback:
-      new_state["residual"] = [x - e.decode(p[0]) for x, e, p in zip(flat, encoders, pairs)]
-      residual = new_state["residual"]
-      measurements["error_feedback"] = {"residual_norm": tf.sqrt(tf.add_n(
-          [tf.reduce_sum(tf.square(tf.cast(r, tf.float32))) for r in residual]))}
+    if keeps_residual:
+      new_state["residual"], measurements[feedback.MEASUREMENT] = feedback.server_residual(
+          flat, [e.decode(p[0]) for e, p in zip(encoders, pairs)])
     return [p[0] for p in pairs], new_state, measurements
 
   @tff.tensorflow.computation(encode.type_signature.result[0])

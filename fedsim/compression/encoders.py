@@ -60,6 +60,19 @@ def encoder_for(spec: tf.TensorSpec, direction: DirectionSpec | None) -> te_api.
     _ENCODED_SPEC.reset(token)
 
 
+def encoder_at(spec: tf.TensorSpec, direction: DirectionSpec | None, seed: int,
+               index: int) -> te_api.Encoder:
+  """`encoder_for(spec, direction)` for the tensor at flat `index` of a value,
+  its random draws salted by (`seed`, `index`) (see `noise_seeds.noise_seed`).
+
+  Every party that encodes a tensor builds its encoder here: the aggregation,
+  the broadcast, and a client or server reproducing that encoding for error
+  feedback, so they draw the same noise and decode the same bits.
+  """
+  with te_api.noise_key(seed, index):
+    return encoder_for(spec, direction)
+
+
 _ENCODED_SPEC: contextvars.ContextVar[tf.TensorSpec | None] = contextvars.ContextVar(
     "fedsim_encoded_spec", default=None)
 

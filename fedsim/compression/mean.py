@@ -10,9 +10,8 @@ from __future__ import annotations
 import tensorflow_federated as tff
 
 from fedsim.compression import DirectionSpec
-from fedsim.compression import tensor_encoding_api as te_api
 from fedsim.compression.encoded_sum import EncodedSumFactory
-from fedsim.compression.encoders import encoder_for
+from fedsim.compression.encoders import encoder_at
 
 
 def build_encoded_mean(
@@ -51,10 +50,7 @@ def build_encoded_sum(spec: DirectionSpec | None,
   if spec is None:
     return tff.aggregators.SumFactory()
 
-  def encoder_at(tensor_spec, index):
-    with te_api.noise_key(seed, index):
-      return encoder_for(tensor_spec, spec)
-
   # Error feedback's clients re-encode their value without knowing the round.
-  return EncodedSumFactory(encoder_at, round_noise=not spec.error_feedback,
+  return EncodedSumFactory(lambda tensor_spec, index: encoder_at(tensor_spec, spec, seed, index),
+                           round_noise=not spec.error_feedback,
                            lossless=spec.lossless == "huffman")

@@ -6,9 +6,10 @@ Config: the parameter's value is a mapping instead of a number,
     - {name: encode, encoder: uniform, bits: {controller: adaquantfl, initial: 2, max: 8}}
 
 `controller` names an entry of `CONTROLLERS`; `initial`, `min` and `max` (the
-knob's keys, `KNOB_KEYS`) are read by the engine into the `Knob`; every other
-key is the controller's own and is parsed into its params dataclass. Before
-each round the engine hands the controller its state and a `ServerView` (the
+knob's keys, `KNOB_KEYS`) are read into the `Knob`; every other key is the
+controller's own and is parsed into its params dataclass
+(`fedsim.control.parsing`). Before each round the run's `RoundControl`
+(`fedsim.control.engine`) hands the controller its state and a `ServerView` (the
 round, the metrics rows of previous rounds, the sampled clients and their
 links) and gets back the new state and either one value for every client or
 one value per client id.

@@ -99,7 +99,7 @@ class BufferedRounds:
       self._restore(resume_from / ASYNC_STATE)
 
   def play_round(self, sim: Simulation, state, states, round_num: int, simulated_total: float,
-                 sizes, run_dir: pathlib.Path) -> RoundResult:
+                 sizes, run_dir: pathlib.Path, history, control_state) -> RoundResult:
     """Runs until the buffer is full and applies one server update.
 
     Same contract as the run loop's `_play_round`. Returns the RoundResult:
@@ -110,7 +110,7 @@ class BufferedRounds:
     Raises:
       RunFailed: the update's training diverged, or clients never report.
     """
-    del states, run_dir
+    del states, run_dir, history, control_state   # no client states, no controller
     config = sim.config
     version = round_num - 1
     buffer: list[tuple[InFlight, int]] = []

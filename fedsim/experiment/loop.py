@@ -19,14 +19,15 @@ import time
 from typing import Any, Callable, Mapping, Sequence
 
 from fedsim.backend import quiet
+from fedsim.compression.feedback import residual_ages
 from fedsim.errors import HostError
 from fedsim.experiment import run_state
 from fedsim.experiment.callbacks import Callback, standard_callbacks
 from fedsim.state.checkpoint import Checkpoint
-from fedsim.experiment.control import control_metrics, server_view
 from fedsim.state.client_states import ClientStateStore
 from fedsim.experiment.round_info import RoundInfo
 from fedsim.experiment.round_result import RoundResult, round_metrics
+from fedsim.experiment.round_setting import RoundSetting, round_setting
 from fedsim.experiment.run_state import Run, RunResult
 from fedsim.experiment.round_clients import RoundClients
 from fedsim.experiment.simulation import Simulation
@@ -73,12 +74,9 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
     callbacks.on_start(run)
     run_state.begin(run)
     play = run.player.play_round if run.player is not None else _play_round
-    controlled = {} if sim.control is None else {"history": run.history}
     for run.round_num in range(run.start + 1, sim.config.rounds + 1):
-      if sim.control is not None:
-        controlled["control_state"] = run.control_state
       record = play(sim, run.state, run.states, run.round_num, run.simulated_seconds,
-                    run.sizes, run_dir, **controlled)
+                    run.sizes, run_dir, run.history, run.control_state)
       run.state, run.simulated_seconds = record.state, record.simulated_seconds
       run.control_state = record.control_state
       stop = callbacks.after_round(run, record)
@@ -95,18 +93,18 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
 
 
 def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_num: int,
-                simulated_total: float, sizes: SizeInfo, run_dir: pathlib.Path, *,
-                history: Sequence[Mapping[str, float]] = (),
-                control_state: dict | None = None) -> RoundResult:
+                simulated_total: float, sizes: SizeInfo, run_dir: pathlib.Path,
+                history: Sequence[Mapping[str, float]],
+                control_state: dict | None) -> RoundResult:
   """Runs one synchronous round: sample, simulate the devices, run the process.
 
   Each round samples `clients_per_round + backup_clients` clients, lets the
   device model decide which of them are aggregated, and runs the process on
   those. A round with fewer reports than `system.min_clients` is skipped
-  (logged in `events.log`), not failed. With a controlled encoder parameter,
-  its controller first decides each sampled client's value (from
-  `control_state` and the metrics `history` of the rounds before), each
-  client is timed and sized at its own value, and runs that value's round.
+  (logged in `events.log`), not failed. Each client runs, and is timed and
+  sized at, its `RoundSetting`: the run's round, or with a controlled encoder
+  parameter the round of the value its controller decided (from
+  `control_state` and the metrics `history` of the rounds before).
 
   Returns:
     The RoundResult: new state, metrics, simulated seconds so far, the
@@ -119,14 +117,10 @@ def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_n
   sampled = sim.sampler.sample(round_num, config.clients_per_round + config.backup_clients)
   clients = RoundClients(sim, round_num, sampled)  # packed as the runtime reads them
   examples = clients.num_examples()
-  values, wires = None, None
-  if sim.control is not None:
-    view = server_view(sim, round_num, history, sampled, examples)
-    control_state, values = sim.control.decide(control_state, view)
-    wires = {cid: sim.control.variant(v).wire for cid, v in values.items()}
-  wire_bits = (sim.wire.broadcast, sim.wire.aggregate)
-  if wires:  # each upload at its client's value; the broadcast is one for all
-    wire_bits = (wires[sampled[0]].broadcast, {cid: w.aggregate for cid, w in wires.items()})
+  setting = round_setting(sim, round_num, history, control_state, sampled, examples)
+  wires = setting.wire
+  # Each upload at its client's value; the broadcast is one for all.
+  wire_bits = (wires[sampled[0]].broadcast, {cid: w.aggregate for cid, w in wires.items()})
   # A Poisson sample aggregates every client drawn that reports in time.
   cap = len(sampled) if config.sampling == "poisson" else config.clients_per_round
   outcome = simulate_round(
@@ -143,53 +137,49 @@ def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_n
     # TFF compiles the round at its first call, and grappler logs known noise.
     with quiet.filtered_stderr():
       state, measurements, state_metrics = _run_groups(
-          sim, state, states, clients, outcome.aggregated, values, round_num)
+          sim, state, states, clients, outcome.aggregated, setting, round_num)
     seconds = time.perf_counter() - begin
   aggregated = set(outcome.aggregated)
   late = [cid for cid in outcome.uploaded if cid not in aggregated]
-  if wires:
-    # This round's static sizes: its broadcast, and each upload at its client's value.
-    sizes.per_client = wires[sampled[0]]
+  # This round's static sizes: its broadcast, and each upload at its client's value.
+  sizes.per_client = wires[sampled[0]]
   metrics = round_metrics(round_num, measurements, sim.algorithm.aggregation_plan,
                           _outcome_metrics(outcome, simulated_total), seconds=seconds,
                           sizes=sizes, downloads=len(outcome.sampled),
                           uploads=len(outcome.aggregated), late_uploads=len(late),
                           client_states=state_metrics,
-                          upload_static=None if wires is None else (
-                              [wires[c].aggregate for c in outcome.aggregated],
-                              [wires[c].aggregate for c in late]))
-  if values is not None:
-    metrics.update(control_metrics(sim.control.controlled.spec.param,
-                                   [values[c] for c in outcome.aggregated or sampled]))
+                          upload_static=([wires[c].aggregate for c in outcome.aggregated],
+                                         [wires[c].aggregate for c in late]))
+  metrics.update(setting.metrics(outcome.aggregated or sampled))
   if sim.privacy is not None:
     # Rounds that aggregated released a noised mean; skipped ones released nothing.
     metrics.update(sim.privacy.round_metrics(sum(1 for b in sizes.aggregate_history if b)))
-  per_client = None if values is None else (
-      tuple(values[c] for c in outcome.aggregated),
-      tuple(wires[c].aggregate for c in outcome.aggregated))
   return RoundResult(state, metrics, simulated_total, sampled=tuple(outcome.sampled),
                      aggregated=tuple(outcome.aggregated),  # () for a skipped round
-                     control_state=control_state, client_values=per_client)
+                     control_state=setting.control_state,
+                     client_values=setting.client_values(outcome.aggregated))
 
 
 def _run_groups(sim: Simulation, state, states: ClientStateStore | None,
                 clients: RoundClients, aggregated: Sequence[str],
-                values: Mapping[str, float] | None, round_num: int):
+                setting: RoundSetting, round_num: int):
   """The round of the `aggregated` clients, as groups of one round each
-  (`fedsim.runtime.mixed`): with a controller's `values`, each value's clients
-  run that value's round; without, all run the run's round. Returns (state,
-  measurements, client-state metrics or None)."""
+  (`fedsim.runtime.mixed`): each value's clients run that value's round (one
+  group without a controller). Returns (state, measurements, error feedback's
+  residual ages or None)."""
   by_process: dict[float | None, list[str]] = {}
   for cid in aggregated:
-    by_process.setdefault(None if values is None else values[cid], []).append(cid)
-  groups = [Group(sim.round_process if value is None else sim.control.variant(value).process,
-                  clients.only(ids), None if states is None else states.load(ids))
+    by_process.setdefault(setting.values[cid], []).append(cid)
+  groups = [Group(setting.process(value), clients.only(ids),
+                  None if states is None else states.load(ids))
             for value, ids in by_process.items()]
   out = next_mixed(groups, state, sim.config.runtime.name)
   if states is None:
     return out[0], out[1], None
   order = [cid for ids in by_process.values() for cid in ids]
-  return out[0], out[1], states.save(order, out[2], round_num)  # residual ages
+  ages = residual_ages(sim.algorithm.initial_client_state, states.last_updated(order), round_num)
+  states.save(order, out[2], round_num)
+  return out[0], out[1], ages
 
 
 def _outcome_metrics(outcome: RoundOutcome, simulated_total: float) -> dict[str, float]:

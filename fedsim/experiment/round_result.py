@@ -79,7 +79,7 @@ def round_metrics(round_num: int, measurements: Mapping[str, Any] | None, aggreg
     seconds: wall-clock seconds the runtime took for the round.
     sizes: records the round's bits (`downloads` clients received the model,
       `uploads` were aggregated, `late_uploads` sent theirs too late).
-    client_states: the client-state store's metrics (residual ages), if any.
+    client_states: error feedback's residual ages (`feedback.residual_ages`), if any.
     upload_static: (aggregated, late) uploads' static bits, one per client,
       when clients' encoders differ (a controller); else `sizes.per_client`'s.
 

@@ -10,10 +10,9 @@ from typing import Any
 from fedsim.aggregation import (AGGREGATION_STAGES, BROADCAST_STAGES, PrivacyLedgers,
                                 PrivacyScope, is_compressing, privacy_ledgers)
 from fedsim.algorithms import ALGORITHMS, FederatedAlgorithm, Task
+from fedsim.control.engine import Controlled, RoundControl, Variant, find_controlled, fixed_chain
 from fedsim.experiment.config.loader import parse_config, plain
 from fedsim.experiment.config.schema import ExperimentConfig
-from fedsim.experiment.control import (Controlled, RoundControl, Variant, find_controlled,
-                                       fixed_chain)
 from fedsim.data import DATASETS
 from fedsim.data.federated import FederatedData, with_holdout
 from fedsim.data.sampling import ClientSampler
@@ -51,7 +50,7 @@ class Simulation:
   privacy: PrivacyLedgers | None = None
   # (weights, round) -> eval_clients/* metrics, with `eval.federated` (client_eval.py).
   evaluate_clients: Any = None
-  # A controlled encoder parameter's controller and variants (fedsim.experiment.control).
+  # A controlled encoder parameter's controller and variants (fedsim.control.engine).
   control: RoundControl | None = None
 
 

@@ -33,7 +33,7 @@ class ClientWork(NamedTuple):
   # The per-client rule the work was built from (TensorFlow): `(weights,
   # batches[, client_state[, shared value]]) -> (update, update_weight, stats[,
   # new_client_state[, contribution]])`, and the shared value's rule, so that a
-  # wrapper can rebuild the work around it (`fedsim.learning.error_feedback`).
+  # wrapper can rebuild the work around it (`with_client_memory`).
   client_update: Callable | None = None
   shared: SharedState | None = None
   # The update is a change of the received trainable weights that the server
@@ -232,3 +232,62 @@ def empty_window_arrays(trainable) -> collections.OrderedDict:
 def window_state(window) -> collections.OrderedDict:
   """A carried window (from `local_training.train`) in the client state's layout."""
   return collections.OrderedDict((k, window[k]) for k in ("grads", "passes", "targets"))
+
+
+INNER = "inner"   # a wrapped work's own client state, beside the memory's entry
+
+
+def with_client_memory(weights_type, data_type, work: ClientWork, memory) -> ClientWork:
+  """Client work that runs `work` and keeps `memory` per client, wrapped from
+  outside the algorithm (error feedback's residual: `fedsim.compression.feedback`).
+
+  Args:
+    weights_type, data_type: as `build_stateful_client_work` takes them.
+    work: client work whose update is a model delta, stateless or stateful
+      (with or without a shared value), reporting no extra metrics.
+    memory: a `fedsim.compression.feedback.ClientMemory`: its `step` turns the
+      work's update into what is sent and the memory kept.
+
+  Returns:
+    Stateful ClientWork. Its client state is `{memory.key}` or, when `work`
+    keeps state, `{inner: work's state, memory.key}`. Its shared value is the
+    memory's, the work's, or the pair (work's, memory's). Its measurements add
+    `memory.measurement`.
+
+  Raises:
+    ValueError: `work` is not a model delta, or already reports extra metrics.
+  """
+  if not work.model_delta or "extra" in tff.structure.name_list(work.metrics_type):
+    raise ValueError("a client memory wraps client work whose update is a model delta"
+                     " and that reports no extra metrics")
+  stateful = work.client_state_type is not None
+  own = memory.shared_initial is not None
+  initial = collections.OrderedDict([(INNER, work.initial_client_state)] if stateful else [])
+  initial[memory.key] = memory.initial
+
+  def update_fn(model_weights, batches, client_state, *shared_value):
+    inner_shared, mine = shared_value, None
+    if own:
+      mine = shared_value[0] if work.shared is None else shared_value[0][1]
+      inner_shared = () if work.shared is None else (shared_value[0][0],)
+    if stateful:
+      update, weight, stats, inner, *contribution = work.client_update(
+          model_weights, batches, client_state[INNER], *inner_shared)
+    else:
+      (update, weight, stats), contribution = work.client_update(model_weights, batches), []
+    sent, kept, part, sums = memory.step(update, weight, client_state[memory.key], mine)
+    if own:
+      contribution = [part] if work.shared is None else [(contribution[0], part)]
+    new_state = collections.OrderedDict([(INNER, inner)] if stateful else [])
+    new_state[memory.key] = kept
+    return (sent, weight, (stats, sums), new_state, *contribution)
+
+  shared = work.shared
+  if own:
+    mine = SharedState(memory.shared_initial, memory.shared_update)
+    shared = mine if work.shared is None else SharedState(
+        (work.shared.initial, mine.initial), lambda value, total: (
+            work.shared.update(value[0], total[0]), mine.update(value[1], total[1])))
+  return build_stateful_client_work(
+      weights_type, data_type, initial, update_fn, shared=shared,
+      extra_metrics=(memory.measurement, memory.finalize))

@@ -4,7 +4,7 @@ The client work of FedAvg, FedProx and FedBuff: each client trains the received
 weights w to w_i and sends Delta_i = w - w_i with its weight (examples, or 1).
 Its clients keep state when they keep their optimizer state or carry a partial
 accumulation window over; anything else a client keeps (an upload encoder's
-residual) wraps this work from outside (`fedsim.learning.error_feedback`).
+residual) wraps this work from outside (`fedsim.compression.feedback`).
 """
 
 from __future__ import annotations

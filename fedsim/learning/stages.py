@@ -12,7 +12,8 @@ import tensorflow_federated as tff
 
 from fedsim.aggregation.chain import build_broadcast, build_chain
 from fedsim.errors import UserError
-from fedsim.learning import client_work, composer, error_feedback
+from fedsim.compression import feedback
+from fedsim.learning import client_work, composer
 from fedsim.task import FederatedAlgorithm
 
 
@@ -60,14 +61,17 @@ def compose_model_update_algorithm(task, work: client_work.ClientWork, server_op
 
   `aggregation`: 'weighted_mean' (by the clients' update weights), 'mean' or
   'sum' of the client updates. Per-client memory the config asks for wraps
-  `work` here, outside the algorithm (`error_feedback.apply_upload_feedback`);
+  `work` here, outside the algorithm (`feedback.upload_memory`);
   `keeps_client_state=False` says the algorithm's schedule runs its clients
   without state (FedBuff), so such a config is refused.
 
   Raises:
     UserError: the config asks `work`'s clients for memory they cannot keep.
   """
-  work = error_feedback.apply_upload_feedback(task, work, aggregation, keeps_client_state)
+  memory = feedback.upload_memory(task, work, aggregation, keeps_client_state)
+  if memory is not None:
+    work = client_work.with_client_memory(
+        task.model.weights_type, task.model.client_data_type(task.batch_size), work, memory)
   result_type = work.process.next.type_signature.result.result.member
   update_type = (result_type[0] if work.client_state_type is not None else result_type).update
   aggregator, plan = update_aggregator(task, update_type, aggregation)

@@ -1,7 +1,7 @@
 """A round as groups of clients, each run by its own compiled round, summed into one update.
 
 A controller may give the clients of one round different encoder parameters
-(`fedsim.experiment.control`). Each value's algorithm is its own process, but
+(`fedsim.control.engine`). Each value's algorithm is its own process, but
 their MapReduceForms agree on everything the server holds: the state, the
 accumulator (what is summed after decoding) and the update. So each group of
 clients is worked and accumulated by its own value's round (`start`,

@@ -21,7 +21,7 @@ from fedsim.compression import DirectionSpec
 from fedsim.compression import huffman as huffman_code
 from fedsim.compression import tensor_encoding_api as te_api
 from fedsim.compression.bit_packing import packed_symbols
-from fedsim.compression.encoders import encoder_for
+from fedsim.compression.encoders import encoder_at
 from fedsim.sizing.entropy import entropy_bits, raw_bits
 
 
@@ -54,8 +54,7 @@ def encoded_entropy_bits(values: Sequence[np.ndarray], direction: DirectionSpec 
   for index, value in enumerate(values):
     value = np.asarray(value)
     spec = tf.TensorSpec(value.shape, tf.as_dtype(value.dtype))
-    with te_api.noise_key(seed, index):
-      encoder = encoder_for(spec, direction)
+    encoder = encoder_at(spec, direction, seed, index)
     with te_api.noise_round(round_index):
       packed = packed_symbols(encoder, tf.constant(value))
     for symbols, bits in packed:

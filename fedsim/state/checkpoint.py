@@ -52,7 +52,7 @@ from fedsim.state.durable import fsync_file, write_npz, write_synced
 CHECKPOINTS = "checkpoints"
 SERVER_STATE = "server_state.npz"
 PROGRESS = "progress.json"
-CONTROL = "control.json"  # a controller's state (fedsim.experiment.control)
+CONTROL = "control.json"  # a controller's state (fedsim.control.engine)
 CLIENT_STATES = "client_states"
 _NAME = re.compile(r"round_(\d+)")
 

@@ -1,5 +1,5 @@
 """Per-client state (error-feedback residuals, control variates, local models)
-kept between the rounds a client takes part in.
+kept between the rounds a client takes part in, with the round each was last saved in.
 
 States live in memory up to a byte budget, the most recently used first; a
 state pushed out of the budget is spilled to one `.npz` file per client in the
@@ -22,7 +22,6 @@ import numpy as np
 from fedsim.state.durable import write_npz
 
 _UPDATED = "updated_round"   # the .npz entry holding the round a state was saved in
-_AGE = "error_feedback/residual_age"
 DEFAULT_MEMORY_BYTES = 1 << 30
 
 
@@ -50,26 +49,14 @@ class ClientStateStore:
     return [_pack(self._template, iter(self._entry(cid)[0])) for cid in client_ids]
 
   def save(self, client_ids: Sequence[str], states: Sequence[Any],
-           round_num: int | None = None) -> dict[str, float]:
-    """Keeps each client's new state (in memory; spilled to disk past the budget).
-
-    With `round_num`, each state also records it as the round its state was
-    last updated, and the states it replaces are measured: when the state
-    holds an error-feedback `residual`, the result has
-    `error_feedback/residual_age_mean` and `_max`, the rounds since each
-    client's replaced residual was last updated (round_num - the round saved
-    with it), over the clients that carried one (a client seen for the
-    first time carries none; if none did, the keys are left out).
-
-    Returns:
-      Those metrics, or {}.
+           round_num: int | None = None) -> None:
+    """Keeps each client's new state (in memory; spilled to disk past the budget),
+    with `round_num` as the round it was last updated (see `last_updated`).
 
     Raises:
       ValueError: a state with another number of tensors than the initial one.
       OSError: a spilled state could not be written.
     """
-    ages = [round_num - saved for saved in self.last_updated(client_ids)
-            if saved is not None] if round_num is not None else []
     for cid, state in zip(client_ids, states):
       leaves = [np.asarray(a) for a in _leaves(state)]
       if len(leaves) != len(self._initial):
@@ -79,9 +66,6 @@ class ClientStateStore:
       self._memory.move_to_end(cid)
       self._dirty.add(cid)
     self._spill()
-    if not ages or not _has_residual(self._template):
-      return {}
-    return {f"{_AGE}_mean": float(np.mean(ages)), f"{_AGE}_max": float(max(ages))}
 
   def flush(self) -> None:
     """Writes every state changed since the last flush to its file (before a checkpoint).
@@ -134,12 +118,6 @@ class ClientStateStore:
     tmp = self._path(cid).with_suffix(".tmp.npz")
     write_npz(tmp, arrays)  # A full disk: one OSError, no stray ZipFile finalizer.
     os.replace(tmp, self._path(cid))  # atomic: a kill never leaves half a file
-
-
-def _has_residual(state: Any) -> bool:
-  """True if the client state keeps an error-feedback residual (see
-  `fedsim.learning.error_feedback.RESIDUAL`: the entry `residual`)."""
-  return isinstance(state, dict) and "residual" in state
 
 
 def _pack(template: Any, leaves) -> Any:

@@ -7,8 +7,9 @@ import sys
 
 import pytest
 
-from fedsim.compression import (CompressionSpec, DirectionSpec, QuantizationParams,
-                                parse_compression, parse_direction)
+from fedsim.compression import (CompressionSpec, DirectionSpec, parse_compression,
+                                parse_direction)
+from fedsim.compression.encoder_catalog import QuantizationParams
 from fedsim.config.typed import Component
 from fedsim.errors import UserError
 from fedsim.registry import NoParams

@@ -25,10 +25,14 @@ def _local_step(spec):
   """A TFF computation (update, residual) -> (sent, decoded, new residual)."""
   import tensorflow as tf
   import tensorflow_federated as tff
-  from fedsim.compression.error_feedback import feedback_step
+  from fedsim.compression.feedback import local_decode
   vec = tf.TensorSpec([N], tf.float32)
-  return tff.tensorflow.computation(
-      lambda u, e: feedback_step(u, e, spec, SEED), vec, vec)
+
+  def step(u, e):
+    sent = u + e
+    decoded = local_decode(sent, spec, SEED)
+    return sent, decoded, sent - decoded
+  return tff.tensorflow.computation(step, vec, vec)
 
 
 def _server_sum(spec):
@@ -113,7 +117,7 @@ def test_algorithms_without_residuals_refuse_error_feedback(name):
 
 def test_error_feedback_needs_the_encoder_alone_and_only_uploads():
   from fedsim.errors import UserError
-  from fedsim.compression.error_feedback import upload_feedback
+  from fedsim.compression import upload_feedback
   from fedsim.aggregation import parse_aggregation
   chain = parse_aggregation([{"name": "clip", "norm": 1.0},
                              {"name": "encode", "encoder": "topk", "error_feedback": True}])
@@ -133,7 +137,7 @@ def test_weighted_mean_encodes_the_weighted_value_the_client_decoded():
   """TFF's MeanFactory encodes n_i * value; the client's residual is in update units."""
   import tensorflow as tf
   import tensorflow_federated as tff
-  from fedsim.compression.error_feedback import weighted_feedback_step
+  from fedsim.compression.feedback import weighted_feedback_step
   from fedsim.compression.mean import build_encoded_mean
   spec = _spec("topk", k=K)
   vec = tf.TensorSpec([N], tf.float32)

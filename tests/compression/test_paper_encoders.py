@@ -20,7 +20,7 @@ from tensorflow_model_optimization.python.core.internal.tensor_encoding.utils im
 from fedsim.compression import parse_direction
 from fedsim.compression import tensor_encoding_api as te_api
 from fedsim.compression.encoders import encoder_for
-from fedsim.compression.stages.levels import L2, MAX, StochasticLevelsStage
+from fedsim.compression.stages.stochastic_levels import L2, MAX, StochasticLevelsStage
 from fedsim.compression.stages.sparsify import RandKStage
 from tests.compression.test_encoders import _reimported_shapes
 

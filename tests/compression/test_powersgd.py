@@ -183,7 +183,7 @@ def test_error_feedback_with_warm_start_follows_the_papers_rule(tff_runtime):
   client; the next Q is the examples-weighted sum of the Q' (up to scale,
   which leaves decoding unchanged); the bias goes unchanged (residual 0)."""
   import tensorflow as tf
-  from fedsim.compression.error_feedback import initial_encoder_states
+  from fedsim.compression.feedback import initial_encoder_states
   from tests.learning import builders, reference
   from tests.learning.test_fedavg import _run_stateful, _schedule
   stage = {"name": "encode", "encoder": "powersgd", "rank": 1, "min_elements": 1,

@@ -101,7 +101,7 @@ def _packed(count, bits):
 
 
 # What each encoder's encoded form holds for an n-element tensor (see
-# fedsim/compression/papers.py): packed symbols, float32 scales, int32 seeds.
+# fedsim/compression/encoder_catalog.py): packed symbols, float32 scales, int32 seeds.
 ENCODED_BITS = {
     "qsgd": lambda n: _packed(n, 4) + 32,             # levels 7: 15 symbols, 4 bits
     "qsgd bucket 512": lambda n: _packed(-(-n // 512) * 512, 4) + -(-n // 512) * 32,

@@ -2,13 +2,11 @@
 
 Each module holds one stage (or a small family) written against the names
 `fedsim.compression.tensor_encoding_api` re-exports; the encoders built from
-them are registered in `fedsim.compression.papers` (`cast`'s in
-`half_precision`, `normal_float`'s in `nf4`, `low_rank`'s in `powersgd`). Every stage but `threshold`
+them are registered in `fedsim.compression.encoder_catalog`. Every stage but `threshold`
 keeps static shapes (its outputs' sizes follow from its input's),
 so the compiled round sizes what crosses the wire exactly; `threshold`'s
 depend on the values and the server measures them each round
-(`fedsim.compression.wire_meter`; it is registered in
-`fedsim.compression.threshold`). Stages that draw noise seed it with
+(`fedsim.compression.wire_meter`). Stages that draw noise seed it with
 `noise_seeds.noise_seed`. None of them commutes with the sum (each
 client has its own scale, coordinates or rotation): the server decodes each
 client's value before summing (`base.PerClientStage`). `low_rank` alone

@@ -1,11 +1,16 @@
-"""The encoders compression papers compare, registered as `encoder: NAME`.
+"""Every encoder fedsim ships, registered as `encoder: NAME` exactly as a plugin's would be.
 
-Each entry is a chain of tensor_encoding stages: fedsim's own (in
-`fedsim.compression.stages`) or tensor_encoding's, ending in bit packing where
-the symbols are small integers (28 bits to an int32, see
-`encoders.quantization_encoder`). Wire cost per encoded tensor of
-n elements (n' = n padded to a power of two where a rotation pads):
+The rule: an encoder is one registration here (its parameters dataclass and a
+builder that imports TensorFlow only when called) and, unless it chains
+tensor_encoding's own stages, one stage file in `fedsim.compression.stages`
+holding the math. Each builder returns a chain of stages ending in bit packing
+where the symbols are small integers (28 bits to an int32, see
+`encoders.quantization_encoder`), or a single stage. Wire cost per encoded
+tensor of n elements (n' = n padded to a power of two where a rotation pads):
 
+  identity  n floats
+  uniform   ceil(n * bits / 28) int32 + 2 floats (min, max)
+  hadamard  as uniform over n' rotated coordinates, + 2 int32 rotation seed
   qsgd      ceil(n * b / 28) int32, b = ceil(log2(2 * levels + 1)), + 1 float scale
             (bucketed: n padded to a multiple of the bucket, one scale per bucket)
   terngrad  ceil(n * 2 / 28) int32 + 1 float scale
@@ -17,7 +22,13 @@ n elements (n' = n padded to a power of two where a rotation pads):
   kashin    ceil(m * bits / 28) int32 + 2 floats (min, max) + 2 int32 seed, m
             Kashin coefficients: n' (2 * n' when n > 0.85 * n')
   powersgd  (rows + cols) * r floats for a tensor viewed as a rows x cols matrix,
-            n floats for one of fewer than 2 dimensions (`fedsim.compression.powersgd`)
+            n floats for one of fewer than 2 dimensions (stages/low_rank.py)
+  threshold m float values + m int32 indices, m = #{i : |x_i| >= tau}: varies with
+            the values, so the server measures it each round (`reports_own_bits`,
+            `fedsim.compression.wire_meter`)
+  float16, bfloat16   16 bits per element (stages/cast.py)
+  nf4       ceil(4 n / 28) int32 + ceil(n / block_size) float32 absmax values
+            (QLoRA's double quantization of the absmax values is not implemented)
 
 TensorFlow is imported inside the builders, when a process is built.
 """
@@ -31,6 +42,42 @@ from typing import Any, Literal
 from fedsim.compression import ENCODERS
 from fedsim.config.typed import bounded
 from fedsim.registry import NoParams
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantizationParams:
+  """Uniform quantization to `bits` bits per element, then bit packing.
+
+  `stochastic` rounding (up with probability equal to the remainder) is
+  unbiased, which is what a mean over clients wants; its error per element is
+  below one step (max - min) / (2**bits - 1). `deterministic` rounds to the
+  nearest level: at most half a step, but biased.
+  """
+
+  bits: int = bounded(8, min=1, max=16)
+  rounding: Literal["stochastic", "deterministic"] = "stochastic"
+
+
+@ENCODERS.register("identity")
+def _identity(params: NoParams) -> Any:
+  """Sends tensors unchanged (32 bits per float32 element)."""
+  del params
+  from fedsim.compression import tensor_encoding_api as te_api
+  return te_api.identity_encoder()
+
+
+@ENCODERS.register("uniform", params=QuantizationParams)
+def _uniform(params: QuantizationParams) -> Any:
+  """Uniform quantization between the tensor's min and max, bit-packed."""
+  from fedsim.compression.encoders import quantization_encoder
+  return quantization_encoder(params.bits, params.rounding == "stochastic", rotate=False)
+
+
+@ENCODERS.register("hadamard", params=QuantizationParams)
+def _hadamard(params: QuantizationParams) -> Any:
+  """Randomized Hadamard rotation (pads to a power of two), then uniform quantization."""
+  from fedsim.compression.encoders import quantization_encoder
+  return quantization_encoder(params.bits, params.rounding == "stochastic", rotate=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +98,7 @@ def packed_bits(levels: int) -> int:
 def _qsgd(params: QSGDParams) -> Any:
   """QSGD (Alistarh et al. 2017): stochastic rounding of |x_i| to s levels of ||x||_2, unbiased."""
   from fedsim.compression import tensor_encoding_api as te_api
-  from fedsim.compression.stages.levels import L2, StochasticLevelsStage
+  from fedsim.compression.stages.stochastic_levels import L2, StochasticLevelsStage
   return te_api.chain(te_api.stages.FlattenEncodingStage(),
                       StochasticLevelsStage(params.levels, L2, params.bucket),
                       te_api.stages.BitpackingEncodingStage(packed_bits(params.levels)))
@@ -62,7 +109,7 @@ def _terngrad(params: NoParams) -> Any:
   """TernGrad (Wen et al. 2017): max|x| * sign(x_i) * Bernoulli(|x_i| / max|x|), 2 bits each."""
   del params
   from fedsim.compression import tensor_encoding_api as te_api
-  from fedsim.compression.stages.levels import MAX, StochasticLevelsStage
+  from fedsim.compression.stages.stochastic_levels import MAX, StochasticLevelsStage
   return te_api.chain(te_api.stages.FlattenEncodingStage(),
                       StochasticLevelsStage(1, MAX),
                       te_api.stages.BitpackingEncodingStage(packed_bits(1)))
@@ -169,5 +216,68 @@ def _kashin(params: KashinParams) -> Any:
       te_api.stages.BitpackingEncodingStage(params.bits))
 
 
-# PowerSGD registers itself in its own module, as a plugin's encoder would.
-from fedsim.compression import powersgd as _powersgd  # noqa: E402,F401
+@dataclasses.dataclass(frozen=True)
+class PowerSgdParams:
+  """`rank` columns per factor (capped at min(n, m), where the update is sent
+  exactly); `warm_start`: start each round from the last round's Q."""
+
+  rank: int = bounded(1, min=1)
+  warm_start: bool = True
+
+
+@ENCODERS.register("powersgd", params=PowerSgdParams)
+def _powersgd(params: PowerSgdParams) -> Any:
+  """PowerSGD (Vogels et al. 2019), per client: rank-r factors P^, Q', warm-started Q."""
+  from fedsim.compression.encoders import encoded_spec
+  from fedsim.compression.stages.low_rank import PowerSgdStage
+  return PowerSgdStage(params.rank, params.warm_start, encoded_spec().shape.as_list())
+
+
+@dataclasses.dataclass(frozen=True)
+class ThresholdParams:
+  """Coordinates with |x_i| >= `tau` (an absolute magnitude) are sent."""
+
+  tau: float = bounded(gt=0.0)
+
+
+@ENCODERS.register("threshold", params=ThresholdParams, traits={"reports_own_bits": True})
+def _threshold(params: ThresholdParams) -> Any:
+  """Threshold sparsification: values with |x_i| >= tau and their int32 indices; bits vary."""
+  from fedsim.compression import tensor_encoding_api as te_api
+  from fedsim.compression.stages.threshold import ThresholdStage
+  return te_api.chain(te_api.stages.FlattenEncodingStage(), ThresholdStage(params.tau))
+
+
+@ENCODERS.register("float16")
+def _float16(params: NoParams) -> Any:
+  """IEEE half precision (10 mantissa bits; overflows to inf above 65,504), 16 bits each."""
+  del params
+  import tensorflow as tf
+  from fedsim.compression.stages.cast import CastStage
+  return CastStage(tf.float16)
+
+
+@ENCODERS.register("bfloat16")
+def _bfloat16(params: NoParams) -> Any:
+  """bfloat16 (float32's range, 7 mantissa bits), 16 bits each."""
+  del params
+  import tensorflow as tf
+  from fedsim.compression.stages.cast import CastStage
+  return CastStage(tf.bfloat16)
+
+
+@dataclasses.dataclass(frozen=True)
+class NF4Params:
+  """One float32 absmax per `block_size` elements (QLoRA uses 64)."""
+
+  block_size: int = bounded(64, min=1)
+
+
+@ENCODERS.register("nf4", params=NF4Params)
+def _nf4(params: NF4Params) -> Any:
+  """NF4 (QLoRA): absmax per block, nearest of 16 N(0, 1) quantiles, 4 bits each, packed."""
+  from fedsim.compression import tensor_encoding_api as te_api
+  from fedsim.compression.stages.normal_float import BITS, NormalFloatStage
+  return te_api.chain(te_api.stages.FlattenEncodingStage(),
+                      NormalFloatStage(params.block_size),
+                      te_api.stages.BitpackingEncodingStage(BITS))

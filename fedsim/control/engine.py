@@ -1,4 +1,5 @@
-"""Encoder parameters that change across rounds and clients: the engine side of `fedsim.control`.
+"""Encoder parameters that change across rounds and clients: a run's controller and
+the rounds (variants) it asks for.
 
 A controlled parameter (`bits: {controller: adaquantfl, initial: 2, max: 8}`)
 turns the round into a family of rounds, one per value. Each value's
@@ -8,7 +9,9 @@ a client's upload is counted at the size its value really has. Before each
 round the controller decides, from what the server knows (a `ServerView`),
 one value for every client or one per client; each client runs its value's
 round, and clients of different values are accumulated into one sum
-(`fedsim.runtime.mixed`).
+(`fedsim.runtime.mixed`, which takes the groups as data). The run loop asks
+`fedsim.experiment.round_setting` for each round's values; a run without a
+controller is the one-value case.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ import dataclasses
 import math
 from typing import Any, Callable, Mapping, Sequence
 
-from fedsim.compression import ControlSpec
 from fedsim.config.typed import Component
+from fedsim.control import CONTROLLERS, Knob
+from fedsim.control.parsing import ControlSpec
 from fedsim.errors import UserError
 
 DIRECTIONS = ("aggregation", "broadcast")
@@ -93,7 +97,6 @@ class RoundControl:
   def __init__(self, controlled: Controlled, build_algorithm: Callable[[float], Any],
                build_process: Callable[[Any, float], Any], size: Callable[[Any], Any],
                first: Variant | None = None):
-    from fedsim.control import CONTROLLERS
     self.controlled = controlled
     spec = controlled.spec
     self._entry = CONTROLLERS.get(spec.controller.name)
@@ -134,9 +137,8 @@ class RoundControl:
     spec = self.controlled.spec
     return int(value) if spec.integer else float(value)
 
-  def knob(self):
+  def knob(self) -> Knob:
     """The `fedsim.control.Knob` controllers see."""
-    from fedsim.control import Knob
     spec = self.controlled.spec
     size = (lambda v: self.variant(v).wire.aggregate) if self.controlled.direction == \
         "aggregation" else (lambda v: self.variant(v).wire.broadcast)
@@ -180,15 +182,6 @@ class RoundControl:
     return dict(new_state), {cid: self._normal(v) for cid, v in values.items()}
 
 
-def server_view(sim, round_num: int, history: Sequence[Mapping[str, float]],
-                sampled: Sequence[str], examples: Mapping[str, float]):
-  """The `fedsim.control.ServerView` of round `round_num`, before it runs."""
-  from fedsim.control import ServerView
-  return ServerView(round=round_num, history=tuple(history),
-                    clients=client_views(sim, sampled, examples, round_num, sim.wire.broadcast),
-                    deadline_s=sim.config.system.deadline_seconds, knob=sim.control.knob())
-
-
 def control_metrics(param: str, values: Sequence[float]) -> dict[str, float]:
   """`control/<param>_mean`, `_min` and `_max` over the round's aggregated clients
   (its sampled ones when none was aggregated)."""
@@ -196,30 +189,3 @@ def control_metrics(param: str, values: Sequence[float]) -> dict[str, float]:
     return {}
   return {f"control/{param}_mean": sum(values) / len(values),
           f"control/{param}_min": min(values), f"control/{param}_max": max(values)}
-
-
-def client_views(sim, sampled: Sequence[str], examples: Mapping[str, float], round_num: int,
-                 download_bits: int) -> tuple:
-  """What the server knows of each sampled client before the round (`fedsim.control.ClientView`):
-  its examples, and with `system.profiles` its links this round and nominal
-  compute time (without the round's random slowdown, which it cannot know)."""
-  from fedsim.control import ClientView
-  from fedsim.system.profiles import profile_source, round_links
-  system, seed = sim.config.system, sim.config.seed
-  profile_of = (profile_source(system.profiles, seed, sim.data.client_ids)
-                if system.profiles is not None else None)
-  views = []
-  for cid in sampled:
-    compute = examples[cid] * system.seconds_per_example
-    if profile_of is None:
-      views.append(ClientView(id=cid, examples=int(examples[cid]), up_bps=None, down_bps=None,
-                              latency_s=0.0, compute_seconds=float(compute),
-                              download_bits=int(download_bits)))
-      continue
-    profile = profile_of(cid)
-    links = round_links(system.profiles, profile, seed, round_num, cid)
-    views.append(ClientView(id=cid, examples=int(examples[cid]), up_bps=float(links.up_bps),
-                            down_bps=float(links.down_bps), latency_s=float(profile.latency_s),
-                            compute_seconds=float(compute / profile.compute_speed),
-                            download_bits=int(download_bits)))
-  return tuple(views)

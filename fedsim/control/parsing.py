@@ -2,7 +2,7 @@
 
 Config: the parameter's value is a mapping instead of a number, e.g.
 `bits: {controller: adaquantfl, initial: 2, max: 8}` (see `fedsim.control`
-for the controllers, `fedsim.experiment.control` for how a run uses it).
+for the controllers, `fedsim.control.engine` for how a run uses it).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import typing
 from typing import Any, Mapping
 
 from fedsim.config.typed import Component, parse
+from fedsim.control import CONTROLLERS, KNOB_KEYS
 from fedsim.errors import UserError
 
 
@@ -43,9 +44,6 @@ class ControlSpec:
             "max": self.maximum, **own}
 
 
-_KNOB_KEYS = ("controller", "initial", "min", "max")
-
-
 def parse_control(entry, data: Mapping[str, Any], key: str) -> ControlSpec | None:
   """The encoder parameter given as `{controller: NAME, ...}`, if any.
 
@@ -68,11 +66,10 @@ def parse_control(entry, data: Mapping[str, Any], key: str) -> ControlSpec | Non
   if kind not in (int, float) or isinstance(field.default, bool):
     raise UserError(f"{where}: encoder '{entry.name}' parameter '{name}' is not a number;"
                     " a controller sets numeric parameters only")
-  from fedsim.control import CONTROLLERS
   spec = data[name]
   controller = CONTROLLERS.get(spec["controller"], f"{where}.controller")
-  own = {k: v for k, v in spec.items() if k not in _KNOB_KEYS}
-  params = parse(controller.params, own, where, reserved=_KNOB_KEYS)
+  own = {k: v for k, v in spec.items() if k not in KNOB_KEYS}
+  params = parse(controller.params, own, where, reserved=KNOB_KEYS)
   bounds = field.metadata
   default = field.default if field.default is not dataclasses.MISSING else None
 
