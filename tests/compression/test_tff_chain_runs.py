@@ -49,6 +49,7 @@ def _runtime(name: str, request) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)   # two variants of 10 rounds: ~10 min on ray on two loaded cores
 @pytest.mark.parametrize("runtime", [
     "inprocess", pytest.param("local", marks=pytest.mark.long),
     pytest.param("ray", marks=pytest.mark.long)])
