@@ -177,9 +177,9 @@ def _check(args) -> int:
     if "." in item.partition("=")[0]:
       raise UserError(f"{item}: expected KEY=VALUE, a parameter of encoder '{args.name}'")
     params.update(parse_set(item))
-  reports = check.check_encoder(args.name, params)
-  print(check.format_report(args.name, reports))
-  return 0 if all(r.sum_decodes for r in reports) else 1
+  report = check.check_encoder(args.name, params)
+  print(check.format_report(args.name, report))
+  return 0 if report.passed else 1
 
 
 def _seed_list(text: str) -> list[int]:

@@ -29,11 +29,20 @@ odd sizes, 2-D and 1-D):
 The sum decodes when the sum gap is float rounding and either the sum z is
 at least 5 or the sum NMSE below 1.5, halfway between those two.
 
+An encoder's draws must also repeat (`unseeded_draws`): the parameters drawn
+twice in one round equal (a MapReduceForm draws them once in `prepare`, sent
+to the clients, and again in `update`, where the server decodes), and one
+value encoded twice the same. fedsim seeds tensor_encoding's
+`tf.random.uniform`, `normal` and `truncated_normal` in every stage
+(`tensor_encoding_api.seeded`); another random op (`tf.random.shuffle`, a
+`tf.random.Generator`) drawing unseeded breaks this.
+
 Draws differ by round (`noise_round`), as a run's do. Each encoding runs as
 fedsim's encoded sum runs it: parameters from the encoder's initial state
 (inside the round), per-client decode before the sum, the rest after.
 The same check, smaller (`first_use`), runs once per process for each plugin
-encoder a run builds, and stops the run if the sum does not decode.
+encoder a run builds, and stops the run if the sum does not decode or the
+draws do not repeat.
 """
 
 from __future__ import annotations
@@ -199,25 +208,84 @@ def measure(direction: DirectionSpec, vector: Vector, clients: int = 4, draws: i
                       float(max(gaps)), cosine * math.sqrt(n_eff), sum_nmse)
 
 
+def _differ(first, second) -> bool:
+  return any(np.shape(a) != np.shape(b) or not np.array_equal(a, b, equal_nan=True)
+             for a, b in zip(tf.nest.flatten(first), tf.nest.flatten(second), strict=True))
+
+
+def unseeded_draws(direction: DirectionSpec, spec: tf.TensorSpec, seed: int = 0) -> str | None:
+  """Why the draws of `direction`'s encoder on a tensor of `spec` do not repeat,
+  or None if they do: its round parameters drawn twice in one round, then one
+  Gaussian value encoded twice with the same parameters (see the module docstring)."""
+  x = tf.constant(client_values(Vector("gaussian", tuple(spec.shape.as_list())), 1, seed)[0])
+  with tf.init_scope():
+    encoder = _encoder(direction, spec, seed)
+    state = encoder.initial_state()
+
+    @tf.function(autograph=False)
+    def draw_params(state):
+      with te_api.noise_round(tf.constant(1)):
+        return encoder.get_params(state)
+
+    @tf.function(autograph=False)
+    def encode(values, encode_params):
+      with te_api.noise_round(tf.constant(1)):
+        return encoder.encode(values, encode_params)[0]
+
+    params = draw_params(state)
+    if _differ(params, draw_params(state)):
+      return ("its parameters differ between two draws in one round (an unseeded random op"
+              " in get_params: the server would decode with parameters its clients did not"
+              " encode with)")
+    if _differ(encode(x, params[0]), encode(x, params[0])):
+      return ("one value encodes differently twice (an unseeded random op in encode: runs"
+              " do not repeat, `local` and `inprocess` differ)")
+  return None
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderReport:
+  """`check_encoder`'s result: each test vector's measurements, and why the
+  encoder's draws do not repeat (None: they do)."""
+
+  vectors: list[VectorReport]
+  unseeded: str | None
+
+  @property
+  def passed(self) -> bool:
+    return self.unseeded is None and all(r.sum_decodes for r in self.vectors)
+
+
 def check_encoder(name: str, params: Mapping[str, Any] | None = None, clients: int = 4,
-                  draws: int = 32, seed: int = 0) -> list[VectorReport]:
-  """Every test vector's measurements for encoder `name` at `params` (config values).
+                  draws: int = 32, seed: int = 0) -> EncoderReport:
+  """Every test vector's measurements for encoder `name` at `params` (config
+  values), and whether its draws repeat (on the first vector's shape).
 
   Raises:
     UserError: unknown encoder or parameter (one line naming it).
   """
   direction = direction_of(name, params or {})
   _CHECKED.add((name, direction.encoder.params))   # this check supersedes `first_use`'s
-  return [measure(direction, v, clients, draws, seed) for v in VECTORS]
+  return EncoderReport([measure(direction, v, clients, draws, seed) for v in VECTORS],
+                       unseeded_draws(direction, tf.TensorSpec(VECTORS[0].shape, tf.float32),
+                                      seed))
 
 
-def format_report(name: str, reports: list[VectorReport]) -> str:
-  """The table `fedsim check encoder` prints, and a last line with the verdict."""
+_SEEDING_HINT = ("draw with tf.random.stateless_* seeded by noise_seed(x, salt) in encode or"
+                 " params_seed(salt) in get_params (fedsim.compression.tensor_encoding_api;"
+                 " docs/guides/own-encoder.md)")
+
+
+def format_report(name: str, report: EncoderReport) -> str:
+  """The table `fedsim check encoder` prints, and two last lines with the verdicts."""
+  reports = report.vectors
   lines = [HEADER, *(r.line() for r in reports)]
   broken = [r.vector for r in reports if not r.sum_decodes]
   lines.append(f"{name}: the sum decodes as the sum of the decodes on every vector"
                if not broken else
                f"{name}: the sum does not decode on {', '.join(broken)} (see sum gap, sum z)")
+  lines.append(f"{name}: its random draws repeat (seeded)" if report.unseeded is None else
+               f"{name}: {report.unseeded}; {_SEEDING_HINT}")
   return "\n".join(lines)
 
 
@@ -232,14 +300,19 @@ def first_use(direction: DirectionSpec, spec: tf.TensorSpec) -> None:
   built-ins and encoders already checked return at once.
 
   Raises:
-    UserError: one line naming the encoder when its sum does not decode.
+    UserError: one line naming the encoder when its draws do not repeat or
+      its sum does not decode.
   """
   name = direction.encoder.name
   key = (name, direction.encoder.params)
   if key in _CHECKED or not is_plugin(name):
     return
   _CHECKED.add(key)
-  report = measure(dataclasses.replace(direction, min_elements=1, threshold=None),
+  direction = dataclasses.replace(direction, min_elements=1, threshold=None)
+  unseeded = unseeded_draws(direction, spec)
+  if unseeded is not None:
+    raise UserError(f"encoder '{name}': {unseeded}; {_SEEDING_HINT}")
+  report = measure(direction,
                    Vector("gaussian", tuple(spec.shape.as_list())), clients=4, draws=2)
   if report.sum_decodes:
     return

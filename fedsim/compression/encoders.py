@@ -94,13 +94,15 @@ def encoded_spec() -> tf.TensorSpec:
 
 
 def as_encoder(built: Any) -> te_api.Encoder:
-  """`built` as an `Encoder`: an Encoder is kept, a single encoding stage is wrapped.
+  """`built` as an `Encoder` with its stages' random draws seeded
+  (`tensor_encoding_api.seeded`): an Encoder however composed, or a single
+  encoding stage.
 
   Raises:
     TypeError: if `built` is neither.
   """
   if isinstance(built, te_api.Encoder):
-    return built
+    return te_api.seeded(built)
   if isinstance(built, (te_api.EncodingStageInterface, te_api.AdaptiveEncodingStageInterface)):
     return te_api.chain(built)
   raise TypeError("an encoder builder must return a tensor_encoding Encoder or"

@@ -13,8 +13,9 @@ and `tf_style_encoding_stage` (to write a stage; `AdaptiveEncodingStageInterface
 `tf_style_adaptive_encoding_stage` and `StateAggregationMode` for one with
 server state, as `stages.low_rank`), `Encoder` and `chain`.
 tensor_encoding's stages draw unseeded random numbers inside the computation;
-`chain` seeds those draws (see `_ChainedStage`), so a user's chain of them
-repeats and decodes what it encoded on every runtime. fedsim's own encoders
+fedsim seeds those draws (`seeded`, which `chain` applies and fedsim applies
+to every `Encoder` a registered builder returns, however it was composed), so
+a user's encoder of them repeats and decodes what it encoded on every runtime. fedsim's own encoders
 use `SeededUniformQuantizationStage` and `SeededHadamardStage` instead (the
 latter with signs of each client's own, sent with its value); their noise
 seeds are `fedsim.compression.noise_seeds`' (`noise_key`, `noise_round`,
@@ -29,6 +30,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import contextvars
+import itertools
 from typing import Any
 
 import tensorflow as tf
@@ -206,7 +208,8 @@ def _wrapped_property(name: str) -> property:
 # The seed stream of the stage call in progress: [int32[2] seed, draws so far].
 _STAGE_DRAWS: contextvars.ContextVar[list | None] = contextvars.ContextVar(
     "fedsim_stage_draws", default=None)
-_UNSEEDED = {"uniform": tf.random.uniform, "normal": tf.random.normal}
+_UNSEEDED = {"uniform": tf.random.uniform, "normal": tf.random.normal,
+             "truncated_normal": tf.random.truncated_normal}
 
 
 def _next_seed() -> tf.Tensor | None:
@@ -239,10 +242,25 @@ def _seeded_normal(shape, mean=0.0, stddev=1.0, dtype=tf.float32, seed=None, nam
   return tf.random.stateless_normal(shape, stream_seed, mean, stddev, dtype, name=name)
 
 
+def _seeded_truncated_normal(shape, mean=0.0, stddev=1.0, dtype=tf.float32, seed=None,
+                             name=None):
+  stream_seed = _next_seed()
+  if stream_seed is None:
+    return _UNSEEDED["truncated_normal"](shape, mean, stddev, dtype, seed, name)
+  return tf.random.stateless_truncated_normal(shape, stream_seed, mean, stddev, dtype, name=name)
+
+
+_SEEDED = {"uniform": _seeded_uniform, "normal": _seeded_normal,
+           "truncated_normal": _seeded_truncated_normal}
+
+
 @contextlib.contextmanager
 def _seeded_draws(seed: tf.Tensor):
-  """Within the block, this thread's `tf.random.uniform` and `tf.random.normal`
-  draw statelessly from `seed` (the n-th draw with n folded in).
+  """Within the block, this thread's `tf.random.uniform`, `tf.random.normal` and
+  `tf.random.truncated_normal` draw statelessly from `seed` (the n-th draw
+  with n folded in). Other random ops (`tf.random.shuffle`, a
+  `tf.random.Generator`, raw ops) are not seeded here:
+  `fedsim.compression.check` stops a plugin encoder whose draws do not repeat.
 
   tensor_encoding's stages draw with those unseeded stateful ops: a Hadamard
   or Kashin rotation's seed in `get_params`, stochastic rounding's noise and a
@@ -252,12 +270,13 @@ def _seeded_draws(seed: tf.Tensor):
   undoes a rotation the clients never made; runs cannot repeat either.
   """
   token = _STAGE_DRAWS.set([seed, 0])
-  saved = tf.random.uniform, tf.random.normal
-  tf.random.uniform, tf.random.normal = _seeded_uniform, _seeded_normal
+  for name, seeded_op in _SEEDED.items():
+    setattr(tf.random, name, seeded_op)
   try:
     yield
   finally:
-    tf.random.uniform, tf.random.normal = saved
+    for name, unseeded_op in _UNSEEDED.items():
+      setattr(tf.random, name, unseeded_op)
     _STAGE_DRAWS.reset(token)
 
 
@@ -267,8 +286,8 @@ class _ChainedStage(EncodingStageInterface):
   Its random draws are seeded (see `_seeded_draws`): `get_params`' from
   `params_seed(salt)`, the same on the server and every client of a round;
   `encode`'s from `noise_seed(x, salt)`, as fedsim's own stages draw. The
-  salt is the chain's (the run seed and the tensor's index, see
-  `noise_seeds`) with the stage's position in the chain. Its encoded and
+  salt is the encoder's (the run seed and the tensor's index, see
+  `noise_seeds`) with the stage's position in the encoder. Its encoded and
   decoded tensors keep the static shapes Python infers for them: without
   this, the Hadamard rotation's output (shaped by `set_shape` after a
   `tf.while_loop`) is [None, d] once TFF has re-imported the graph, and bit
@@ -304,11 +323,102 @@ class _ChainedStage(EncodingStageInterface):
         self._stage.decode(encoded_tensors, decode_params, num_summands, shape, name))
 
 
+class _ChainedAdaptiveStage(AdaptiveEncodingStageInterface):
+  """An adaptive stage (one with server state) as fedsim runs it: as
+  `_ChainedStage`, and its state's draws (`initial_state`, `update_state`)
+  seeded from a salt of its own. Other attributes (e.g. a stage's
+  `UPDATES_IN_ENCODED`) are the wrapped stage's."""
+
+  def __init__(self, stage: AdaptiveEncodingStageInterface, salt: Any):
+    self._stage = stage
+    self._salt = salt
+    self._state_salt = stage_salt(salt, 0)
+
+  def __getattr__(self, attr):
+    if attr.startswith("__") or attr in ("_stage", "_salt", "_state_salt"):
+      raise AttributeError(attr)  # not set yet (copy, pickle): no recursion
+    return getattr(self._stage, attr)
+
+  name = _wrapped_property("name")
+  compressible_tensors_keys = _wrapped_property("compressible_tensors_keys")
+  commutes_with_sum = _wrapped_property("commutes_with_sum")
+  decode_needs_input_shape = _wrapped_property("decode_needs_input_shape")
+  state_update_aggregation_modes = _wrapped_property("state_update_aggregation_modes")
+
+  # tensor_encoding's `Encoder` calls an adaptive stage's methods without
+  # `name`, which a stage not decorated with `tf_style_adaptive_encoding_stage`
+  # does not take: it is passed on only when given.
+  def initial_state(self, name=None):
+    with _seeded_draws(params_seed(self._state_salt)):
+      if name is None:
+        return self._stage.initial_state()
+      return self._stage.initial_state(name)
+
+  def update_state(self, state, state_update_tensors, name=None):
+    with _seeded_draws(params_seed(self._state_salt)):
+      if name is None:
+        return self._stage.update_state(state, state_update_tensors)
+      return self._stage.update_state(state, state_update_tensors, name)
+
+  def get_params(self, state, name=None):
+    with _seeded_draws(params_seed(self._salt)):
+      if name is None:
+        return self._stage.get_params(state)
+      return self._stage.get_params(state, name)
+
+  def encode(self, x, encode_params, name=None):
+    with _seeded_draws(noise_seed(x, self._salt)):
+      if name is None:
+        encoded, state_update_tensors = self._stage.encode(x, encode_params)
+      else:
+        encoded, state_update_tensors = self._stage.encode(x, encode_params, name)
+    return (type(encoded)((k, _pin_static_shape(v)) for k, v in encoded.items()),
+            state_update_tensors)
+
+  def decode(self, encoded_tensors, decode_params, num_summands=None, shape=None, name=None):
+    if name is None:
+      decoded = self._stage.decode(encoded_tensors, decode_params, num_summands, shape)
+    else:
+      decoded = self._stage.decode(encoded_tensors, decode_params, num_summands, shape, name)
+    return _pin_static_shape(decoded)
+
+
+_WRAPPED = (_ChainedStage, _ChainedAdaptiveStage)
+
+
 def _as_chained(stage: Any, salt: Any) -> Any:
-  """`stage` wrapped in `_ChainedStage`; an adaptive stage is returned as is."""
+  """`stage` wrapped in `_ChainedStage` (`_ChainedAdaptiveStage` if adaptive);
+  a stage fedsim already wraps is returned as is."""
+  # tensor_encoding's `Encoder` holds a plain stage inside a stateless adaptive shell.
+  inner = stage.__dict__.get("_wrapped_stage") if isinstance(
+      stage, te.core.encoding_stage.NoneStateAdaptiveEncodingStage) else None
+  if inner is not None:
+    stage = inner
+  if isinstance(stage, _WRAPPED):
+    return stage
   if isinstance(stage, EncodingStageInterface):
     return _ChainedStage(stage, salt)
-  return stage
+  return _ChainedAdaptiveStage(stage, salt)
+
+
+def seeded(encoder: Encoder) -> Encoder:
+  """`encoder` with each stage's random draws seeded and its shapes pinned (see
+  `_ChainedStage`), however it was composed (`chain`, tensor_encoding's
+  `EncoderComposer` or `te.encoders.*`): every random draw of a stage in
+  `tf.random.uniform`, `normal` or `truncated_normal` then depends on the
+  current `noise_key` (the run seed and the tensor's index), the round, the
+  stage's position in the encoder (depth first, children by key) and, in
+  `encode`, the values encoded. Stages already seeded keep their seeds.
+  """
+  salt = salt_or_current(None)
+  positions = itertools.count()
+
+  def rebuild(node: Encoder) -> Encoder:
+    stage = _as_chained(node.stage, stage_salt(salt, next(positions)))
+    children = {key: rebuild(node.children[key]) for key in sorted(node.children)}
+    return te.core.Encoder(stage, children)
+
+  return rebuild(encoder)
 
 
 def chain(*encoding_stages: Any) -> Encoder:
@@ -316,10 +426,10 @@ def chain(*encoding_stages: Any) -> Encoder:
 
   Every stage but the last must have exactly one compressible output (e.g.
   flatten -> rotate -> quantize -> bitpack); the next stage encodes that one.
-  Each (non-adaptive) stage's random draws are seeded by the current
-  `noise_key` (the run seed and the tensor's index, set while fedsim builds
-  an encoder), the round and its position in the chain, and its outputs keep
-  the static shapes Python infers for them (see `_ChainedStage`).
+  Each stage's random draws are seeded by the current `noise_key` (the run
+  seed and the tensor's index, set while fedsim builds an encoder), the
+  round and its position in the chain, and its outputs keep the static
+  shapes Python infers for them (see `seeded`).
 
   Raises:
     ValueError: if no stage is given or a non-final stage has zero or several
@@ -327,8 +437,6 @@ def chain(*encoding_stages: Any) -> Encoder:
   """
   if not encoding_stages:
     raise ValueError("chain() needs at least one encoding stage")
-  salt = salt_or_current(None)
-  encoding_stages = [_as_chained(s, stage_salt(salt, i)) for i, s in enumerate(encoding_stages)]
   composer = te.core.EncoderComposer(encoding_stages[-1])
   for parent in reversed(encoding_stages[:-1]):
     keys = list(parent.compressible_tensors_keys)
@@ -336,7 +444,7 @@ def chain(*encoding_stages: Any) -> Encoder:
       raise ValueError(f"stage '{parent.name}' has compressible outputs {keys};"
                        " only a stage with exactly one can be chained")
     composer = composer.add_parent(parent, keys[0])
-  return composer.make()
+  return seeded(composer.make())
 
 
 def identity_encoder() -> Encoder:

@@ -7,8 +7,10 @@ holding what belongs to the experiment rather than to a run:
   every run. Every chart is a margin chart with no margin: TensorBoard
   smooths line charts (weight 0.6 by default, which bends a curve of a few
   evaluations toward its first points) and draws margin charts as logged.
-  The chart by simulated time is left out when it would only rescale the
-  chart by round (`clock_informative`);
+  The chart by simulated time is there only when a run models devices or
+  links (`models_clock`): without, simulated time is each client's examples
+  times `seconds_per_example`, and the chart says nothing the chart by round
+  does not;
 * the HParams config (columns and ranking metrics, see `hparams`);
 * `fedsim compare`'s accuracy-versus-bits figure (log bits axis) as an image
   (Images tab).
@@ -22,14 +24,14 @@ figure and layout only.
 from __future__ import annotations
 
 import pathlib
+from typing import Any, Mapping
 
 import numpy as np
 
 from fedsim.errors import UserError
 from fedsim.metric_names import (CUMULATIVE_AGGREGATE_BITS, CUMULATIVE_BROADCAST_BITS,
                                  EVAL_ACCURACY, EVAL_ACCURACY_BY_BITS,
-                                 EVAL_ACCURACY_BY_SIMULATED_MS, EVAL_LOSS,
-                                 ROUND_SIMULATED_SECONDS, TRAIN_LOSS)
+                                 EVAL_ACCURACY_BY_SIMULATED_MS, EVAL_LOSS, TRAIN_LOSS)
 from fedsim.reporting import hparams
 from fedsim.reporting.board_tags import board_tag
 from fedsim.reporting.compare_plot import draw_accuracy
@@ -85,14 +87,13 @@ def layout_proto(with_clock: bool = True):
       for title, charts in LAYOUT])
 
 
-def clock_informative(runs) -> bool:
-  """False if every round of every one of `runs` (`run_records.Run`) took the
-  same simulated seconds: accuracy by simulated time is then accuracy by
-  round with its x axis scaled (a run without links, client speeds or
-  deadlines whose clients all hold as many examples)."""
-  durations = {round(row[ROUND_SIMULATED_SECONDS], 9) for run in runs for row in run.metrics
-               if ROUND_SIMULATED_SECONDS in row}
-  return len(durations) > 1
+def models_clock(config: Mapping[str, Any]) -> bool:
+  """True if a run of `config` (plain, as its config.yaml) models its clients'
+  devices or links: `system.profiles` (bandwidths, latency, compute speed,
+  availability) or a `system.speed` other than constant. Only such a run logs
+  `eval/accuracy_by_simulated_ms` and gets its chart."""
+  system = config.get("system") or {}
+  return system.get("profiles") is not None or system.get("speed", "constant") != "constant"
 
 
 def stored_target(experiment_dir: str | pathlib.Path) -> float | None:
@@ -154,7 +155,8 @@ def refresh(experiment_dir: str | pathlib.Path,
   tf = load_tensorflow()
   write_config = hparams.write_sessions(completed, target)
   image = _figure_pixels(experiment_dir)
-  layout = cs_summary.pb(layout_proto(clock_informative(completed))).SerializeToString()
+  layout = cs_summary.pb(layout_proto(any(models_clock(run.config) for run in completed))
+                        ).SerializeToString()
   board.mkdir(exist_ok=True)
   old = sorted(board.glob(f"events.out.tfevents.*{BOARD_SUFFIX}"))
   old += sorted(experiment_dir.glob(f"events.out.tfevents.*{_OLD_CONFIG_SUFFIX}"))

@@ -114,8 +114,9 @@ def test_every_builtin_encoder_checks_against_its_formulas(capsys):
     code = cli.main(["check", "encoder", name, *PARAMS.get(name, [])])
     output = capsys.readouterr().out
     assert code == 0, output
-    assert output.splitlines()[-1] == (
-        f"{name}: the sum decodes as the sum of the decodes on every vector")
+    assert output.splitlines()[-2:] == [
+        f"{name}: the sum decodes as the sum of the decodes on every vector",
+        f"{name}: its random draws repeat (seeded)"]
     rows = _rows(output)
     assert sorted(rows) == sorted(VECTORS)
     for vector, row in rows.items():
@@ -191,7 +192,7 @@ def test_a_plugin_encoder_whose_decode_forgets_its_sign_flips_fails_the_check(
   code = cli.main(["check", "encoder", "forgetful_signs", "--plugin", str(broken_plugin)])
   output = capsys.readouterr().out
   assert code == 1
-  assert output.splitlines()[-1] == ("forgetful_signs: the sum does not decode on gaussian,"
+  assert output.splitlines()[-2] == ("forgetful_signs: the sum does not decode on gaussian,"
                                      " heavy_tailed, sparse (see sum gap, sum z)")
   for row in _rows(output).values():
     assert row[-1] == "NO"
@@ -248,3 +249,172 @@ def test_the_guides_stochastic_sign_keeps_the_contract(capsys, monkeypatch):
     # E||x^ - x||^2 = n max|x|^2 - ||x||^2 (each coordinate is +-max|x|, unbiased).
     assert float(row[2]) == pytest.approx(n * np.abs(x).max()**2 / norm2 - 1, rel=0.1)
     assert abs(float(row[3])) < 4.5
+
+
+# Encoders whose stages draw with unseeded TensorFlow ops, as a user writes them
+# without fedsim's `chain`: fedsim seeds tf.random.uniform / normal in any
+# encoder (`tensor_encoding_api.seeded`); `tf.random.shuffle` it cannot, and
+# the check stops that encoder.
+UNSEEDED_PLUGIN = textwrap.dedent('''
+    """Encoders drawing unseeded random numbers."""
+    import collections
+
+    from fedsim.compression import register_encoder
+
+
+    def _te():
+      from fedsim.compression import tensor_encoding_api as te
+      return te
+
+
+    @register_encoder("composed_hadamard")
+    def composed_hadamard(params):
+      """tensor_encoding's stages composed by its own EncoderComposer, not fedsim's chain."""
+      from tensorflow_model_optimization.python.core.internal import tensor_encoding as raw
+      stages = _te().stages
+      return (raw.core.EncoderComposer(stages.BitpackingEncodingStage(4))
+              .add_parent(stages.UniformQuantizationEncodingStage(4, stochastic=False),
+                          "quantized_values")
+              .add_parent(stages.HadamardEncodingStage(), "hadamard_values")
+              .add_parent(stages.FlattenEncodingStage(), "flattened_values").make())
+
+
+    @register_encoder("te_hadamard_quantization")
+    def te_hadamard_quantization(params):
+      """tensor_encoding's own encoder: rotation and stochastic 8-bit rounding."""
+      from tensorflow_model_optimization.python.core.internal import tensor_encoding as raw
+      return raw.encoders.hadamard_quantization(8)
+
+
+    def _adaptive_dither():
+      import tensorflow as tf
+      te = _te()
+
+      @te.tf_style_adaptive_encoding_stage
+      class AdaptiveDither(te.AdaptiveEncodingStageInterface):
+        """Subtractive dither on a grid of step `scale` (the state: the largest |x| of
+        the last round over 8); the dither is drawn once a round in get_params."""
+        name = "adaptive_dither"
+        compressible_tensors_keys = ["values"]
+        commutes_with_sum = False
+        decode_needs_input_shape = False
+        state_update_aggregation_modes = {"max_abs": te.StateAggregationMode.MAX}
+
+        def initial_state(self):
+          return {"scale": tf.constant(0.5)}
+
+        def update_state(self, state, state_update_tensors):
+          return {"scale": state_update_tensors["max_abs"] / 8 + 1e-6}
+
+        def get_params(self, state):
+          params = {"step": state["scale"], "dither": tf.random.uniform([])}
+          return params, params
+
+        def encode(self, x, encode_params):
+          step, dither = encode_params["step"], encode_params["dither"]
+          return ({"values": tf.round(x / step + dither)},
+                  {"max_abs": tf.reduce_max(tf.abs(x))})
+
+        def decode(self, encoded_tensors, decode_params, num_summands=None, shape=None):
+          return (encoded_tensors["values"] - decode_params["dither"]) * decode_params["step"]
+
+      return AdaptiveDither()
+
+
+    @register_encoder("adaptive_dither")
+    def adaptive_dither(params):
+      return _te().chain(_adaptive_dither())
+
+
+    @register_encoder("composed_adaptive_dither")
+    def composed_adaptive_dither(params):
+      from tensorflow_model_optimization.python.core.internal import tensor_encoding as raw
+      return raw.core.EncoderComposer(_adaptive_dither()).make()
+
+
+    @register_encoder("shuffled_signs")
+    def shuffled_signs(params):
+      """Random signs whose seed is drawn by tf.random.shuffle, which fedsim does not seed."""
+      import tensorflow as tf
+      te = _te()
+
+      @te.tf_style_encoding_stage
+      class ShuffledSigns(te.EncodingStageInterface):
+        name = "shuffled_signs"
+        compressible_tensors_keys = ["values"]
+        commutes_with_sum = True
+        decode_needs_input_shape = False
+
+        def get_params(self):
+          seed = tf.random.shuffle(tf.range(1 << 16))[:2]
+          return {"seed": seed}, {"seed": seed}
+
+        def _signs(self, x, seed):
+          return tf.sign(tf.random.stateless_uniform(tf.shape(x), seed) - 0.5)
+
+        def encode(self, x, encode_params):
+          return {"values": x * self._signs(x, encode_params["seed"])}
+
+        def decode(self, encoded_tensors, decode_params, num_summands=None, shape=None):
+          values = encoded_tensors["values"]
+          return values * self._signs(values, decode_params["seed"])
+
+      return te.chain(te.stages.FlattenEncodingStage(), ShuffledSigns())
+    ''')
+
+
+@pytest.fixture
+def unseeded_plugin(tmp_path, monkeypatch):
+  """The path of UNSEEDED_PLUGIN, its encoders registered for this test only."""
+  from fedsim import plugins
+  monkeypatch.setattr(ENCODERS, "_entries", dict(ENCODERS._entries))
+  monkeypatch.setattr(check, "_CHECKED", set())
+  path = tmp_path / "unseeded.py"
+  path.write_text(UNSEEDED_PLUGIN)
+  plugins.load_plugins([str(path)], tmp_path)
+  return path
+
+
+SPEC_SHAPE = (33, 31)   # 1,023 values: a rotation pads them to 1,024
+
+
+@pytest.mark.parametrize("name", ["composed_hadamard", "te_hadamard_quantization",
+                                  "adaptive_dither", "composed_adaptive_dither"])
+def test_unseeded_uniform_draws_of_any_encoder_are_seeded_by_fedsim(unseeded_plugin, name):
+  """tf.random.uniform in a stage's get_params (a rotation's seed, a dither) or
+  encode (stochastic rounding), in an encoder composed without `chain` or in an
+  adaptive stage: the draws repeat, so the server decodes with the parameters its
+  clients encoded with, and the run passes its first-use check."""
+  import tensorflow as tf
+  spec = tf.TensorSpec(SPEC_SHAPE, tf.float32)
+  direction = check.direction_of(name, {})
+  assert check.unseeded_draws(direction, spec) is None
+  check.first_use(direction, spec)   # does not raise
+
+
+def test_an_encoder_drawing_with_an_op_fedsim_cannot_seed_stops_in_one_line(unseeded_plugin):
+  import tensorflow as tf
+  from fedsim.errors import UserError
+  direction = check.direction_of("shuffled_signs", {})
+  with pytest.raises(UserError) as error:
+    check.first_use(direction, tf.TensorSpec(SPEC_SHAPE, tf.float32))
+  assert str(error.value) == (
+      "encoder 'shuffled_signs': its parameters differ between two draws in one round (an"
+      " unseeded random op in get_params: the server would decode with parameters its"
+      " clients did not encode with); draw with tf.random.stateless_* seeded by"
+      " noise_seed(x, salt) in encode or params_seed(salt) in get_params"
+      " (fedsim.compression.tensor_encoding_api; docs/guides/own-encoder.md)")
+
+
+@pytest.mark.slow
+def test_fedsim_check_encoder_says_whether_the_draws_repeat(unseeded_plugin, capsys):
+  code = cli.main(["check", "encoder", "shuffled_signs", "--plugin", str(unseeded_plugin)])
+  lines = capsys.readouterr().out.splitlines()
+  assert code == 1   # its sum decodes: only its draws fail
+  assert lines[-2] == "shuffled_signs: the sum decodes as the sum of the decodes on every vector"
+  assert lines[-1].startswith("shuffled_signs: its parameters differ between two draws in one"
+                              " round (an unseeded random op in get_params:")
+  code = cli.main(["check", "encoder", "composed_hadamard", "--plugin", str(unseeded_plugin)])
+  lines = capsys.readouterr().out.splitlines()
+  assert code == 0
+  assert lines[-1] == "composed_hadamard: its random draws repeat (seeded)"

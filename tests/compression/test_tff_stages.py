@@ -10,12 +10,16 @@ server-drawn parameter (a rotation's seed) gets fedsim's draw for that round
 then agree to 1e-6; a kind that rounds or seeds at random on the clients is
 compared by its error distribution (two-sample KS and the bias's z-score).
 
-fedsim's mean runs on `local` (TFF's worker) and on `inprocess` (the round's
+fedsim's mean runs on `local` (TFF's worker), on `inprocess` (the round's
 MapReduceForm phases in this process's TensorFlow, where an unseeded rotation
-seed is drawn once in `prepare` and again in `update`); `local` and
-`inprocess` must agree exactly for every kind. `ray` runs whole rounds from a
-config (test_tff_chain_runs.py): there the chain of issue 33 trains as
-fedsim's `hadamard`, and four kinds' rounds give `inprocess`'s model.
+seed is drawn once in `prepare` and again in `update`) and on `ray` (those
+phases with the clients' `work` on two Ray actors of a two-node cluster,
+merged on the driver). `local` and `inprocess` must agree exactly for every
+kind, `ray` to float rounding (its chunks merge in another order). One
+cluster serves every kind: its actors start once and build each kind's round
+as a variant on first use (tests/compression/te_kinds_plugin.py registers
+the kinds there). test_tff_chain_runs.py trains issue 33's chain from a
+config on every runtime.
 
 Every `te.stages` export that encodes a float tensor is a kind here;
 `BitpackingEncodingStage` and `DifferenceBetweenIntegersEncodingStage` take
@@ -23,14 +27,16 @@ integers (fedsim encodes float tensors only), so bit packing appears where
 TFF's tutorials put it, after quantizing. `SplitBySmallValueEncodingStage`
 sends as many values as exceed its threshold, so its encoder is registered
 with `reports_own_bits=True`, as such an encoder must be. The cases run on
-TFF's worker and compile a round each (~10 s): four kinds, one of each
-randomness, run by default, the rest with `-m long`.
+TFF's worker and compile a round each on every runtime: four kinds, one of
+each randomness, run by default, the rest with `-m long`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -44,6 +50,7 @@ from fedsim.compression import ENCODERS, parse_direction, register_encoder
 from fedsim.compression import tensor_encoding_api as te_api
 from fedsim.compression.mean import build_encoded_mean
 from fedsim.runtime.inprocess import InProcessProcess
+from tests.runtime.test_cluster import ray_cluster  # noqa: F401  (the Ray cluster fixture)
 
 stages = te_api.stages
 research = stages.research
@@ -108,7 +115,7 @@ def registered(monkeypatch):
 
   def register(kind: str):
     register_encoder(f"te_{kind}", reports_own_bits=True)(lambda params: te_api.chain(*KINDS[kind].build()))
-    return parse_direction({"encoder": f"te_{kind}", "min_elements": 1}, "c.aggregation")
+    return direction_of(kind)
 
   return register
 
@@ -133,12 +140,52 @@ def _as_iterative(aggregation: tff.templates.AggregationProcess) -> tff.template
   return tff.templates.IterativeProcess(aggregation.initialize, next_fn)
 
 
-def fedsim_means(direction, runtime: str) -> list[np.ndarray]:
-  """fedsim's encoded mean of each round's client values on `runtime`."""
-  process = _as_iterative(build_encoded_mean(direction, weighted=False, seed=RUN_SEED).create(
+def direction_of(kind: str):
+  """The aggregation direction of encoder `te_KIND` (registered by the caller)."""
+  return parse_direction({"encoder": f"te_{kind}", "min_elements": 1}, "c.aggregation")
+
+
+def encoded_mean(direction) -> tff.templates.IterativeProcess:
+  """fedsim's encoded mean of `SHAPE` values in `direction`, as a runtime compiles it."""
+  return _as_iterative(build_encoded_mean(direction, weighted=False, seed=RUN_SEED).create(
       tff.TensorType(np.float32, SHAPE)))
+
+
+def actor_round(device: str, kind: str | None = None):
+  """A Ray actor's build of `kind`'s round: (its `InProcessProcess`, no packer);
+  (None, None) for the actor's first build, before any kind is asked for."""
+  if kind is None:
+    return None, None
+  import tests.compression.te_kinds_plugin  # noqa: F401  (registers te_KIND in the actor)
+  return InProcessProcess(encoded_mean(direction_of(kind)), device), None
+
+
+@pytest.fixture(scope="module")
+def cluster(ray_cluster):
+  """A `ClusterProcess` of two actors on the two-node cluster, built once for
+  every kind (each kind is a variant: the actors build its round on first use)."""
+  from fedsim.runtime.cluster import ClusterProcess, ClusterSpec
+  address, _ = ray_cluster
+  process = ClusterProcess(None, functools.partial(actor_round, "cpu"),
+                           ClusterSpec(address=address, workers=2, device="cpu", timeout_s=900))
+  pids = process.worker_pids()
+  yield process
+  process.close()
+  # ray.kill returns before the actors exit: wait, so that the cluster fixture's
+  # check for leftover workers sees none of ours.
+  deadline = time.monotonic() + 60
+  while any(os.path.exists(f"/proc/{pid}") for pid in pids) and time.monotonic() < deadline:
+    time.sleep(0.2)
+
+
+def fedsim_means(direction, runtime: str, cluster=None, kind: str | None = None) -> list[np.ndarray]:
+  """fedsim's encoded mean of each round's client values on `runtime` (`ray`:
+  on `cluster`'s actors, which build `kind`'s round)."""
+  process = encoded_mean(direction)
   if runtime == "inprocess":
     process = InProcessProcess(process, "cpu")
+  elif runtime == "ray":
+    process = cluster.with_variant(InProcessProcess(process, "cpu"), {"kind": kind})
   state, means = process.initialize(), []
   for round_num in range(ROUNDS):
     state, mean = process.next(state, client_values(round_num))
@@ -211,24 +258,29 @@ DEFAULT_KINDS = ("hadamard_nearest", "uniform_stochastic", "kashin_nearest", "pr
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 @pytest.mark.parametrize("kind", [k if k in DEFAULT_KINDS else pytest.param(k, marks=pytest.mark.long)
                                   for k in sorted(KINDS)])
-def test_a_chain_of_te_stages_gives_tffs_mean_on_local_and_inprocess(registered, kind):
+def test_a_chain_of_te_stages_gives_tffs_mean_on_every_runtime(registered, cluster, kind):
   direction = registered(kind)
   local, inprocess = fedsim_means(direction, "local"), fedsim_means(direction, "inprocess")
   for got, want in zip(inprocess, local, strict=True):   # the equality fedsim documents
     np.testing.assert_array_equal(got, want)
+  on_ray = fedsim_means(direction, "ray", cluster, kind)
+  for got, want in zip(on_ray, inprocess, strict=True):  # the same draws, chunks merged
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
   oracle = tff_means(kind)
-  if not KINDS[kind].random:
-    for got, want in zip(local, oracle, strict=True):
-      np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
-    return
-  ours, theirs = _errors(local), _errors(oracle)
-  assert np.abs(ours).max() > 0   # it is quantized
-  assert scipy.stats.ks_2samp(ours, theirs).pvalue > 1e-4
-  # Unbiased as TFF's: the mean error within 4.5 standard errors of zero.
-  assert abs(ours.mean()) < 4.5 * ours.std() / np.sqrt(ours.size)
-  assert 0.8 < ours.std() / theirs.std() < 1.25
+  for runtime, means in (("local", local), ("ray", on_ray)):
+    if not KINDS[kind].random:
+      for got, want in zip(means, oracle, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=runtime)
+      continue
+    ours, theirs = _errors(means), _errors(oracle)
+    assert np.abs(ours).max() > 0, runtime   # it is quantized
+    assert scipy.stats.ks_2samp(ours, theirs).pvalue > 1e-4, runtime
+    # Unbiased as TFF's: the mean error within 4.5 standard errors of zero.
+    assert abs(ours.mean()) < 4.5 * ours.std() / np.sqrt(ours.size), runtime
+    assert 0.8 < ours.std() / theirs.std() < 1.25, runtime
 
 
 def test_rotation_seeds_are_the_runs_per_round_and_shared_by_encode_and_decode():

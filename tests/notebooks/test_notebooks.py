@@ -169,3 +169,46 @@ def test_worker_scan_finds_marked_processes_only(tmp_path):
   # Other workers of this process (e.g. the session fixture's) may exist.
   left = _worker_processes(kernel_pid=os.getpid(), marker=marker)
   assert marked.pid not in left and unmarked.pid not in left
+
+
+PAGES = NOTEBOOKS_DIR.parent / "docs" / "notebooks"
+
+
+def _execute_notebooks():
+  import importlib.util
+  spec = importlib.util.spec_from_file_location(
+      "execute_notebooks", NOTEBOOKS_DIR.parent / "docs" / "execute_notebooks.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_rendered_pages_show_runs_not_the_temporary_directory_they_ran_in():
+  pages = sorted(PAGES.glob("*.ipynb"))
+  assert [p.name for p in pages] == [p.name for p in NOTEBOOKS]
+  shown = []
+  for page in pages:
+    text = page.read_text()
+    assert "/tmp/" not in text and "fedsim-notebooks-" not in text, page.name
+    shown += [line for c in nbformat.read(page, as_version=4).cells
+              for o in c.get("outputs", []) for line in "".join(o.get("text", "")).splitlines()
+              if line.startswith("run dir: ")]
+  assert shown and all(line.startswith("run dir: runs/") for line in shown), shown
+
+
+def test_stable_paths_replaces_the_logdir_in_text_outputs_only():
+  execute = _execute_notebooks()
+  logdir = "/tmp/fedsim-notebooks-abc123"
+  notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x", outputs=[
+      nbformat.v4.new_output("stream", name="stdout", text=f"run dir: {logdir}/q/1\n"),
+      nbformat.v4.new_output("execute_result", execution_count=1, data={
+          "text/plain": f"PosixPath('{logdir}/q')", "image/png": f"{logdir}AAAA"}),
+      nbformat.v4.new_output("error", ename="E", evalue=f"no {logdir}/x",
+                             traceback=[f"at {logdir}/y"])])])
+  execute.stable_paths(notebook, logdir)
+  stream, result, error = notebook.cells[0].outputs
+  assert stream.text == "run dir: runs/q/1\n"
+  assert result.data["text/plain"] == "PosixPath('runs/q')"
+  assert result.data["image/png"] == f"{logdir}AAAA"
+  assert (error.evalue, error.traceback) == ("no runs/x", ["at runs/y"])
+  nbformat.validate(notebook)

@@ -261,15 +261,14 @@ def test_hparams_defaults_are_the_study_knobs_not_what_follows_from_them():
   assert informative_first(runs) == [("a", True), ("lr", True), ("b", True)]
 
 
-def test_the_clock_chart_is_left_out_when_every_round_took_the_same_time(tmp_path):
-  from fedsim.reporting.board import BY_SIMULATED_TIME, clock_informative, layout_proto
-  rows = lambda *seconds: [{"round": r, "round_simulated_seconds": s}
-                           for r, s in enumerate(seconds, 1)]
-  same = [_run(tmp_path / "a", {}, rows(0.36, 0.36)), _run(tmp_path / "b", {}, rows(0.36, 0.36))]
-  assert not clock_informative(same)
-  # A link model (or a deadline, uneven clients) makes rounds differ, within a run or across.
-  assert clock_informative([_run(tmp_path / "c", {}, rows(0.36, 0.5))])
-  assert clock_informative(same + [_run(tmp_path / "d", {}, rows(0.7, 0.7))])
+def test_the_clock_chart_is_there_only_for_a_run_modelling_devices_or_links():
+  from fedsim.reporting.board import BY_SIMULATED_TIME, layout_proto, models_clock
+  system = lambda **keys: {"system": {"speed": "constant", "profiles": None, **keys}}
+  assert not models_clock({})
+  # Uneven clients or a deadline make rounds differ, but only by examples x seconds_per_example.
+  assert not models_clock(system(deadline_seconds=2.0, dropout_probability=0.5))
+  assert models_clock(system(speed="lognormal"))
+  assert models_clock(system(profiles={"up_bps": {"median": 1e5}}))
   titles = lambda layout: [c.title for category in layout.category for c in category.chart]
   assert BY_SIMULATED_TIME in titles(layout_proto(with_clock=True))
   assert BY_SIMULATED_TIME not in titles(layout_proto(with_clock=False))

@@ -47,8 +47,10 @@ def test_8bit_uploads_shorten_rounds_by_the_measured_bits_ratio(tff_runtime, tmp
 @pytest.mark.slow
 def test_simulated_time_curve_has_a_point_per_evaluation_when_no_time_passes(
     tff_runtime, tmp_path):
-  # Every client fails: no round takes simulated time, yet each evaluation is a point.
-  config = dict(BASE, system={"dropout_probability": 0.99}, backup_clients=0)
+  # Every client fails: no round takes simulated time, yet each evaluation is a point
+  # (a device model, so the run has the curve).
+  config = dict(BASE, system={"dropout_probability": 0.99, "speed": "lognormal"},
+                backup_clients=0)
   result = fedsim.run(config, logdir=tmp_path)
   assert [r["simulated_seconds"] for r in result.metrics] == [0.0, 0.0, 0.0]
   assert steps_by_tag(result.run_dir)["eval/accuracy_by_simulated_ms"] == [0, 1, 2]
