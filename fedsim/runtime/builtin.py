@@ -1,4 +1,5 @@
-"""fedsim's own runtimes, registered as a plugin's would be: `local`, `inprocess`, `ray`, `auto`.
+"""fedsim's own runtimes, registered as a plugin's would be: `local`, `inprocess`, `ray`,
+`lockstep`, `auto`.
 
 `auto` (the default) runs the compiled round in this process (`inprocess`)
 whenever that runtime supports the algorithm, else TFF's worker (`local`,
@@ -137,7 +138,27 @@ class Auto(InProcess):
       return computation
 
 
+class Lockstep(InProcess):
+  """A round's clients trained as one computation over a client axis (GPU-first).
+
+  Named only: `auto` never picks it, and a round it cannot run is a one-line
+  error rather than a fallback (see fedsim/runtime/lockstep.py).
+  """
+
+  def supports(self, algorithm, params) -> str | None:
+    return None  # `build` says why not, as an error: the user asked for lockstep
+
+  def build(self, algorithm, params, context):
+    from fedsim.errors import UserError
+    from fedsim.runtime import lockstep
+    try:
+      return lockstep.LockstepRound(algorithm, params.device)
+    except lockstep.NotLockstep as e:
+      raise UserError(f"runtime.name: lockstep cannot run this round: {e}") from None
+
+
 register_runtime("local", Local())
 register_runtime("inprocess", InProcess())
 register_runtime("ray", Ray())
+register_runtime("lockstep", Lockstep())
 register_runtime("auto", Auto())
