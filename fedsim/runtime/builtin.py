@@ -49,6 +49,13 @@ class RayParams(CompiledParams):
     check_address(self.address)
 
 
+@dataclasses.dataclass(frozen=True)
+class LockstepParams(CompiledParams):
+  # MiB one graph call may hold of its clients' stacked weights, optimizer
+  # states and padded batches; a round's further clients run in further calls.
+  memory_mb: int = bounded(512, min=1)
+
+
 class Local(Runtime):
   """TFF's own C++ runtime, in a worker process fedsim owns (runs any TFF process)."""
 
@@ -145,6 +152,8 @@ class Lockstep(InProcess):
   error rather than a fallback (see fedsim/runtime/lockstep.py).
   """
 
+  params = LockstepParams
+
   def supports(self, algorithm, params) -> str | None:
     return None  # `build` says why not, as an error: the user asked for lockstep
 
@@ -152,7 +161,7 @@ class Lockstep(InProcess):
     from fedsim.errors import UserError
     from fedsim.runtime import lockstep
     try:
-      return lockstep.LockstepRound(algorithm, params.device)
+      return lockstep.LockstepRound(algorithm, params.device, params.memory_mb * 2**20)
     except lockstep.NotLockstep as e:
       raise UserError(f"runtime.name: lockstep cannot run this round: {e}") from None
 
