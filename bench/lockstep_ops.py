@@ -54,7 +54,8 @@ except ImportError:  # pragma: no cover (other TF layouts)
 def ops_executed(run_round) -> tuple[int, int, collections.Counter]:
   """`(host op executions, device kernel events, op types)` of one call of `run_round`."""
   logdir = tempfile.mkdtemp(prefix="lockstep_ops_")
-  tf.profiler.experimental.start(logdir)
+  tf.profiler.experimental.start(logdir, tf.profiler.experimental.ProfilerOptions(
+      host_tracer_level=3, device_tracer_level=1))
   try:
     run_round()
   finally:

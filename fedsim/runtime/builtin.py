@@ -54,6 +54,9 @@ class LockstepParams(CompiledParams):
   # MiB one graph call may hold of its clients' stacked weights, optimizer
   # states and padded batches; a round's further clients run in further calls.
   memory_mb: int = bounded(512, min=1)
+  # tensorflow by default: lockstep runs few, large ops (all clients at once),
+  # which scale across cores; `clients` would run each on one thread.
+  threads: Literal["clients", "tensorflow"] = "tensorflow"
 
 
 class Local(Runtime):

@@ -337,10 +337,18 @@ def _passed_on_work(weights_type) -> ClientWork:
 
 def _is_elementwise_sum(accumulate, count: int) -> bool:
   """Whether `accumulate(acc, upload)` is their sum, leaf by leaf (then the clients'
-  uploads add up in one op instead of a loop over clients)."""
-  ops = [op.type for op in accumulate.graph.get_operations()]
-  allowed = {"Placeholder", "Identity", "AddV2", "Add", "NoOp"}
-  return set(ops) <= allowed and sum(t in ("AddV2", "Add") for t in ops) == count
+  uploads add up in one op instead of a loop over clients): each of its `count`
+  outputs is an add of two of its inputs."""
+  def source(tensor):
+    while tensor.op.type == "Identity":
+      tensor = tensor.op.inputs[0]
+    return tensor
+
+  outputs = [source(t) for t in accumulate.outputs]
+  inputs = {t.ref() for t in accumulate.inputs}
+  return len(outputs) == count and all(
+      t.op.type in ("AddV2", "Add") and all(source(i).ref() in inputs for i in t.op.inputs)
+      for t in outputs)
 
 
 def _client_targets(model, y, mask):
@@ -384,8 +392,13 @@ def _local_training(rule, model, weights, x, y, mask):
         (w, state, x[:, s], y[:, s], real[:, s], step_targets[:, s]),
         fallback_to_while_loop=False)
     active = step_targets[:, s] > 0
-    w = tuple(_where(active, n, o) for n, o in zip(new_w, w))
-    state = tf.nest.map_structure(lambda n, o: _where(active, n, o), new_state, state)
+
+    def masked():
+      return (tuple(_where(active, n, o) for n, o in zip(new_w, w)),
+              tf.nest.map_structure(lambda n, o: _where(active, n, o), new_state, state))
+
+    # Only the steps past a short client's end select: most steps take every client's.
+    w, state = tf.cond(tf.reduce_all(active), lambda: (tuple(new_w), new_state), masked)
     zero = tf.zeros_like(batch_sum)
     return (s + 1, w, state, loss_sum + tf.where(active, batch_sum, zero),
             correct + tf.where(active, batch_correct, zero))
