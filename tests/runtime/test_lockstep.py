@@ -159,3 +159,24 @@ def test_a_broadcast_encoder_is_refused_in_one_line():
 def test_auto_never_picks_lockstep(tff_runtime):
   algorithm = _algorithm("logistic", "fedavg", False)
   assert isinstance(_build(algorithm, "auto"), inprocess.InProcessProcess)
+
+
+RUN = {"name": "toy", "seed": 2, "rounds": 2, "clients_per_round": 3,
+       "data": {"name": "digits", "num_clients": 6, "batch_size": 16},
+       "model": {"name": "mlp", "hidden": [8]},
+       "algorithm": {"name": "fedavg", "client_optimizer": {"name": "sgd", "learning_rate": 0.3}}}
+
+
+@pytest.mark.slow
+def test_a_run_named_lockstep_equals_inprocess_and_refuses_in_one_line(tff_runtime, tmp_path):
+  import fedsim
+  got = fedsim.run({**RUN, "runtime": {"name": "lockstep", "device": "cpu"}},
+                   logdir=tmp_path / "lockstep", progress=False)
+  want = fedsim.run({**RUN, "runtime": {"name": "inprocess", "device": "cpu"}},
+                    logdir=tmp_path / "inprocess", progress=False)
+  for g, w in zip(got.final_weights, want.final_weights, strict=True):
+    np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+  with pytest.raises(UserError, match="^runtime.name: lockstep cannot run this round: its"
+                     " clients keep state between rounds$"):
+    fedsim.run({**RUN, "algorithm": {"name": "scaffold"}, "runtime": {"name": "lockstep"}},
+               logdir=tmp_path / "scaffold", progress=False)
