@@ -89,7 +89,7 @@ class FederatedAlgorithm:
   aggregation_plan: tuple = ()
   # What each client computes, for runtimes that re-express it (None: they
   # can only run `process`).
-  client_rule: ClientRule | None = None
+  client_rule: ClientRule | None = dataclasses.field(default=None, compare=False)
 
   @property
   def stateful_clients(self) -> bool:
