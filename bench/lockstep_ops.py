@@ -53,18 +53,20 @@ except ImportError:  # pragma: no cover (other TF layouts)
 
 def ops_executed(run_round) -> tuple[int, int, collections.Counter]:
   """`(host op executions, device kernel events, op types)` of one call of `run_round`."""
-  logdir = tempfile.mkdtemp(prefix="lockstep_ops_")
-  tf.profiler.experimental.start(logdir, tf.profiler.experimental.ProfilerOptions(
-      host_tracer_level=3, device_tracer_level=1))
-  try:
-    run_round()
-  finally:
-    tf.profiler.experimental.stop()
+  with tempfile.TemporaryDirectory(prefix="lockstep_ops_") as logdir:
+    tf.profiler.experimental.start(logdir, tf.profiler.experimental.ProfilerOptions(
+        host_tracer_level=3, device_tracer_level=1))
+    try:
+      run_round()
+    finally:
+      tf.profiler.experimental.stop()
+    spaces = []
+    for path in glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True):
+      spaces.append(xplane_pb2.XSpace())
+      with open(path, "rb") as f:
+        spaces[-1].ParseFromString(f.read())
   host, device, types = 0, 0, collections.Counter()
-  for path in glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True):
-    space = xplane_pb2.XSpace()
-    with open(path, "rb") as f:
-      space.ParseFromString(f.read())
+  for space in spaces:
     for plane in space.planes:
       names = plane.event_metadata
       for line in plane.lines:
