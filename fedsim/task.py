@@ -9,7 +9,7 @@ the run loop needs around it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +35,28 @@ class Task:
 
 
 @dataclasses.dataclass(frozen=True)
+class ClientRule:
+  """What every client of a synchronous, stateless round computes, in terms a
+  runtime can re-express (`fedsim.runtime.lockstep` trains a round's clients
+  together from it); the process computes the same.
+
+  `kind` 'local_training': each non-empty batch is one `optimizer` step from
+  the received weights (plus `extra_gradient(received)(weights)` on every
+  batch gradient), and the client sends received - trained; 'gradient': the
+  gradient of the mean loss over all its batches at the received weights.
+  `rebuild(work)` is the same algorithm (broadcast, aggregation chain, server
+  optimizer) around another `ClientWork`.
+  """
+
+  kind: str
+  task: Any
+  uniform_weighting: bool
+  optimizer: Any = None
+  extra_gradient: Callable | None = None
+  rebuild: Callable[[Any], "FederatedAlgorithm"] | None = None  # set by the composer
+
+
+@dataclasses.dataclass(frozen=True)
 class FederatedAlgorithm:
   """A built algorithm, the round plan a runtime compiles: the TFF process of its
   composed stages, the state each client starts from and its schedule, and what the run
@@ -56,6 +78,9 @@ class FederatedAlgorithm:
   # ((stage name, inner measurement key), ...) of the aggregation chain, top
   # down: how the aggregator's nested measurements are named in metrics.
   aggregation_plan: tuple = ()
+  # What each client computes, for runtimes that re-express it (None: they
+  # can only run `process`).
+  client_rule: ClientRule | None = dataclasses.field(default=None, compare=False)
 
   @property
   def stateful_clients(self) -> bool:

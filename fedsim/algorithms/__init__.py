@@ -11,11 +11,11 @@ an aggregation chain the algorithm cannot use.
 from __future__ import annotations
 
 from fedsim.registry import Registry
-from fedsim.task import ClientPlan, FederatedAlgorithm, Task
+from fedsim.task import ClientPlan, ClientRule, FederatedAlgorithm, Task
 
 ALGORITHMS = Registry("algorithm")
 
-__all__ = ["ALGORITHMS", "ClientPlan", "FederatedAlgorithm", "Task"]
+__all__ = ["ALGORITHMS", "ClientPlan", "ClientRule", "FederatedAlgorithm", "Task"]
 
 
 from fedsim.algorithms import easgd, fedavg, fedbuff, fedprox, fedsgd, scaffold  # noqa: E402,F401  (registers)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from fedsim.algorithms import ALGORITHMS, ClientPlan, FederatedAlgorithm, Task
+from fedsim.algorithms import ALGORITHMS, ClientPlan, ClientRule, FederatedAlgorithm, Task
 from fedsim.algorithms.accumulation import GradientAccumulation, accumulation_field
 from fedsim.config.typed import Component, bounded, component
 from fedsim.learning.optimizers import OPTIMIZERS, build_optimizer
@@ -51,9 +51,10 @@ def build_model_averaging(params: FedAvgParams, task: Task,
   gradient)` adds a term to the clients' local objective (FedProx)."""
   from fedsim.learning import stages
   from fedsim.learning.model_delta import model_delta_client_work
+  optimizer = build_optimizer(params.client_optimizer)
+  uniform = params.client_weighting == "uniform"
   work = model_delta_client_work(
-      task, build_optimizer(params.client_optimizer),
-      uniform_weighting=params.client_weighting == "uniform",
+      task, optimizer, uniform_weighting=uniform,
       accumulation=params.gradient_accumulation.for_training(),
       keep_optimizer_state=params.client_optimizer_state == "keep",
       extra_gradient=extra_gradient)
@@ -61,4 +62,7 @@ def build_model_averaging(params: FedAvgParams, task: Task,
       task, work,
       server_optimizer=build_optimizer(params.server_optimizer),
       aggregation=params.aggregation_kind(),
-      client_plan=ClientPlan(epochs=task.epochs, steps=params.local_steps))
+      client_plan=ClientPlan(epochs=task.epochs, steps=params.local_steps),
+      # Accumulated gradients are a rule of their own: no client rule for them.
+      client_rule=(ClientRule("local_training", task, uniform, optimizer, extra_gradient)
+                   if params.gradient_accumulation == GradientAccumulation() else None))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from fedsim.algorithms import ALGORITHMS, ClientPlan, FederatedAlgorithm, Task
+from fedsim.algorithms import ALGORITHMS, ClientPlan, ClientRule, FederatedAlgorithm, Task
 from fedsim.config.typed import Component, bounded, component
 from fedsim.learning.optimizers import OPTIMIZERS, build_optimizer
 
@@ -55,4 +55,5 @@ def build_fedsgd(params: FedSgdParams, task: Task) -> FederatedAlgorithm:
       task, work,
       server_optimizer=build_optimizer(params.server_optimizer),
       aggregation=params.aggregation_kind(),
-      client_plan=ClientPlan(epochs=1, steps=params.batches_per_round))
+      client_plan=ClientPlan(epochs=1, steps=params.batches_per_round),
+      client_rule=ClientRule("gradient", task, uniform))

@@ -6,6 +6,8 @@ differential privacy are stages there, not flags of an algorithm."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -14,7 +16,7 @@ from fedsim.aggregation.chain import build_broadcast, build_chain
 from fedsim.errors import UserError
 from fedsim.compression import feedback
 from fedsim.learning import client_work, composer
-from fedsim.task import FederatedAlgorithm
+from fedsim.task import ClientRule, FederatedAlgorithm
 
 
 def initial_weights_computation(task) -> tff.Computation:
@@ -56,14 +58,17 @@ def update_aggregator(task, update_type, aggregation: str):
 
 def compose_model_update_algorithm(task, work: client_work.ClientWork, server_optimizer,
                                    aggregation: str, client_plan,
-                                   keeps_client_state: bool = True) -> FederatedAlgorithm:
+                                   keeps_client_state: bool = True,
+                                   client_rule: ClientRule | None = None) -> FederatedAlgorithm:
   """distributor -> `work` -> aggregated updates -> server optimizer step.
 
   `aggregation`: 'weighted_mean' (by the clients' update weights), 'mean' or
   'sum' of the client updates. Per-client memory the config asks for wraps
   `work` here, outside the algorithm (`feedback.upload_memory`);
   `keeps_client_state=False` says the algorithm's schedule runs its clients
-  without state (FedBuff), so such a config is refused.
+  without state (FedBuff), so such a config is refused. `client_rule`, what
+  `work` computes per client, is kept (with its `rebuild`) when the clients
+  keep no state.
 
   Raises:
     UserError: the config asks `work`'s clients for memory they cannot keep.
@@ -72,6 +77,12 @@ def compose_model_update_algorithm(task, work: client_work.ClientWork, server_op
   if memory is not None:
     work = client_work.with_client_memory(
         task.model.weights_type, task.model.client_data_type(task.batch_size), work, memory)
+  if client_rule is not None and work.client_state_type is None:
+    client_rule = dataclasses.replace(client_rule, rebuild=lambda other: (
+        compose_model_update_algorithm(task, other, server_optimizer, aggregation, client_plan,
+                                       keeps_client_state)))
+  else:
+    client_rule = None
   result_type = work.process.next.type_signature.result.result.member
   update_type = (result_type[0] if work.client_state_type is not None else result_type).update
   aggregator, plan = update_aggregator(task, update_type, aggregation)
@@ -84,7 +95,7 @@ def compose_model_update_algorithm(task, work: client_work.ClientWork, server_op
                             upload_extras_types=tuple(extras),
                             sizing_process=composer.sizing_view(process),
                             initial_client_state=work.initial_client_state,
-                            aggregation_plan=plan)
+                            aggregation_plan=plan, client_rule=client_rule)
 
 
 def _drop_weight(unweighted: tff.templates.AggregationProcess) -> tff.templates.AggregationProcess:

@@ -1,4 +1,5 @@
-"""fedsim's own runtimes, registered as a plugin's would be: `local`, `inprocess`, `ray`, `auto`.
+"""fedsim's own runtimes, registered as a plugin's would be: `local`, `inprocess`, `ray`,
+`lockstep`, `auto`.
 
 `auto` (the default) runs the compiled round in this process (`inprocess`)
 whenever that runtime supports the algorithm, else TFF's worker (`local`,
@@ -46,6 +47,16 @@ class RayParams(CompiledParams):
   def check(self, key: str) -> None:
     from fedsim.runtime.cluster.address import check_address  # TF-free
     check_address(self.address)
+
+
+@dataclasses.dataclass(frozen=True)
+class LockstepParams(CompiledParams):
+  # MiB one graph call may hold of its clients' stacked weights, optimizer
+  # states and padded batches; a round's further clients run in further calls.
+  memory_mb: int = bounded(512, min=1)
+  # tensorflow by default: lockstep runs few, large ops (all clients at once),
+  # which scale across cores; `clients` would run each on one thread.
+  threads: Literal["clients", "tensorflow"] = "tensorflow"
 
 
 class Local(Runtime):
@@ -137,7 +148,29 @@ class Auto(InProcess):
       return computation
 
 
+class Lockstep(InProcess):
+  """A round's clients trained as one computation over a client axis (GPU-first).
+
+  Named only: `auto` never picks it, and a round it cannot run is a one-line
+  error rather than a fallback (see fedsim/runtime/lockstep.py).
+  """
+
+  params = LockstepParams
+
+  def supports(self, algorithm, params) -> str | None:
+    return None  # `build` says why not, as an error: the user asked for lockstep
+
+  def build(self, algorithm, params, context):
+    from fedsim.errors import UserError
+    from fedsim.runtime import lockstep
+    try:
+      return lockstep.LockstepRound(algorithm, params.device, params.memory_mb * 2**20)
+    except lockstep.NotLockstep as e:
+      raise UserError(f"runtime.name: lockstep cannot run this round: {e}") from None
+
+
 register_runtime("local", Local())
 register_runtime("inprocess", InProcess())
 register_runtime("ray", Ray())
+register_runtime("lockstep", Lockstep())
 register_runtime("auto", Auto())
