@@ -27,10 +27,11 @@ import os
 import re
 import sys
 import tempfile
-import warnings
 import threading
+import warnings
+import weakref
 from types import ModuleType
-from typing import Iterator
+from typing import Iterable, Iterator
 
 # Lines TensorFlow prints at import on machines without a GPU (measured with
 # TF 2.14.1 / TFF 0.87). Matched anywhere in the line because the C++ logger
@@ -85,6 +86,40 @@ def filtered_stderr() -> Iterator[None]:
       kept = [line for line in held if not is_noise(line.decode(errors="replace"))]
       if kept:
         _write_all(2, b"".join(kept))
+
+
+# callee -> how it was called already (and so compiled), for `filtered_first_call`.
+_called: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+@contextlib.contextmanager
+def filtered_first_call(calls: Iterable[tuple[object, str]]) -> Iterator[None]:
+  """`filtered_stderr` around the first call of each (callee, how), a no-op after.
+
+  A compiled round logs its noise (Grappler's) when it compiles, at its first
+  call (`how` says which of its functions a call compiles, e.g. the whole
+  round or its phases); filtering costs 0.15-0.25 ms a call (a temporary
+  file, dup2s, reading it back), most of the run loop's own time in a W2
+  round, so later calls run unfiltered. A call counts once it returned.
+  """
+  new = [(callee, how) for callee, how in calls if how not in _ways_called(callee)]
+  if not new:
+    yield
+    return
+  with filtered_stderr():
+    yield
+  for callee, how in new:
+    try:
+      _called.setdefault(callee, set()).add(how)
+    except TypeError:
+      pass  # not weakly referable: filtered at every call, as before
+
+
+def _ways_called(callee: object) -> set[str]:
+  try:
+    return _called.get(callee, set())
+  except TypeError:  # not weakly referable
+    return set()
 
 
 def import_quietly(module_name: str) -> ModuleType:

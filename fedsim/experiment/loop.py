@@ -52,7 +52,7 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
   server update, played by `async_loop.BufferedRounds`. `check_runtime(during)`
   raises RunFailed if the runtime died; it is asked when the run fails, so a
   dead worker is reported as such. `on_round(round, metrics, info)` is called
-  after each round is logged and checkpointed (`info`: a RoundInfo), then
+  after each round is logged and its checkpoint taken (`info`: a RoundInfo), then
   `user_callbacks` (fedsim.Callback), which may end the run early (see
   `fedsim.experiment.callbacks`).
 
@@ -134,10 +134,8 @@ def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_n
                f" system.min_clients={config.system.min_clients}")
   else:
     begin = time.perf_counter()
-    # TFF compiles the round at its first call, and grappler logs known noise.
-    with quiet.filtered_stderr():
-      state, measurements, state_metrics = _run_groups(
-          sim, state, states, clients, outcome.aggregated, setting, round_num)
+    state, measurements, state_metrics = _run_groups(
+        sim, state, states, clients, outcome.aggregated, setting, round_num)
     seconds = time.perf_counter() - begin
   aggregated = set(outcome.aggregated)
   late = [cid for cid in outcome.uploaded if cid not in aggregated]
@@ -173,7 +171,10 @@ def _run_groups(sim: Simulation, state, states: ClientStateStore | None,
   groups = [Group(setting.process(value), clients.only(ids),
                   None if states is None else states.load(ids))
             for value, ids in by_process.items()]
-  out = next_mixed(groups, state, sim.config.runtime.name)
+  # A round compiles at its first call (in groups: its phases'), and Grappler logs known noise.
+  with quiet.filtered_first_call([(g.process, "phases" if len(groups) > 1 else "round")
+                                  for g in groups]):
+    out = next_mixed(groups, state, sim.config.runtime.name)
   if states is None:
     return out[0], out[1], None
   order = [cid for ids in by_process.values() for cid in ids]

@@ -40,10 +40,31 @@ def chunks(client_data: Sequence[Any], data_type, data_leaves,
     yield chunk
 
 
+# TensorFlow takes a NumPy array aligned to this many bytes as a tensor without
+# copying it (EIGEN_MAX_ALIGN_BYTES); NumPy's large arrays are 16-byte aligned.
+_TENSOR_ALIGNMENT = 64
+
+
 def concatenate(chunk: list[list[np.ndarray]]) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
-  """Per data leaf, the clients' values end to end, and where each starts."""
+  """Per data leaf, the clients' values end to end, and where each starts.
+
+  The concatenations are aligned so that TensorFlow reads them in place: a W2
+  round's data (3 MB) and SCAFFOLD's control variates (8 MB) are copied once,
+  not twice.
+  """
   leaves = list(zip(*chunk))
   offsets = np.zeros((len(leaves), len(chunk) + 1), np.int32)
   for j, parts in enumerate(leaves):
     np.cumsum([len(p) for p in parts], out=offsets[j, 1:])
-  return tuple(np.concatenate(parts) for parts in leaves), offsets
+  return tuple(np.concatenate(parts, out=_aligned_empty(
+      (int(offsets[j, -1]), *parts[0].shape[1:]), parts[0].dtype))
+               for j, parts in enumerate(leaves)), offsets
+
+
+def _aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+  """An uninitialized array whose data starts on a `_TENSOR_ALIGNMENT` boundary."""
+  dtype = np.dtype(dtype)
+  size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+  raw = np.empty(size + _TENSOR_ALIGNMENT, np.uint8)
+  start = -raw.ctypes.data % _TENSOR_ALIGNMENT
+  return raw[start:start + size].view(dtype).reshape(shape)

@@ -47,7 +47,7 @@ import numpy as np
 
 from fedsim.errors import UserError, host_error
 from fedsim.state.checkpoint_manifest import COMPLETE, damage, write_manifest
-from fedsim.state.durable import fsync_file, write_npz, write_synced
+from fedsim.state.durable import fsync_file, npz_bytes, write_npz, write_synced
 
 CHECKPOINTS = "checkpoints"
 SERVER_STATE = "server_state.npz"
@@ -169,6 +169,91 @@ def save_checkpoint(run_dir: str | os.PathLike, round_num: int, server_state: An
                     control_state: Mapping[str, Any] | None = None) -> pathlib.Path:
   """Writes the checkpoint of `round_num` and deletes all but the newest `keep`.
 
+  `stage_checkpoint(...).commit()`: see both for the arguments.
+
+  Returns:
+    The checkpoint directory.
+
+  Raises:
+    HostError: naming the path, if anything cannot be written (e.g. 'no space
+      left on device (writing checkpoint P)'); no directory that would be
+      taken as a checkpoint is left behind.
+  """
+  return stage_checkpoint(run_dir, round_num, server_state, simulated_seconds,
+                          broadcast_history, aggregate_history, keep, client_states,
+                          extra_npz, control_state).commit()
+
+
+@dataclasses.dataclass(frozen=True)
+class StagedCheckpoint:
+  """A checkpoint taken but not yet written: what `commit` writes, fixed when staged.
+
+  Staging keeps what the next round could change (the server state's leaves,
+  which the runtime never writes into; the histories and the controller's
+  state as text; the client states as hard links, since the store replaces
+  their files when it next saves), so `commit` may run on another thread
+  while the run goes on (`fedsim.state.checkpoint_writer`).
+  """
+
+  run_dir: pathlib.Path
+  round_num: int
+  tmp: pathlib.Path
+  leaves: tuple[Any, ...]
+  progress: str
+  extra_npz: Mapping[str, bytes]
+  control: str | None
+  keep: int
+  linked: bool  # `tmp` exists, holding the client states' links
+
+  @property
+  def final(self) -> pathlib.Path:
+    return self.run_dir / CHECKPOINTS / f"round_{self.round_num}"
+
+  def commit(self) -> pathlib.Path:
+    """Writes the staged files, fsynced, marks them COMPLETE, renames the
+    directory into place and deletes all but the newest `keep` checkpoints.
+
+    Returns:
+      The checkpoint directory.
+
+    Raises:
+      HostError: as `save_checkpoint`.
+    """
+    root, tmp, final = self.tmp.parent, self.tmp, self.final
+    try:
+      if not self.linked:
+        shutil.rmtree(tmp, ignore_errors=True)  # left by a killed process of the same pid
+        tmp.mkdir(parents=True)
+      write_npz(tmp / SERVER_STATE, [np.asarray(x) for x in self.leaves], sync=True)
+      write_synced(tmp / PROGRESS, self.progress)
+      for name, data in self.extra_npz.items():
+        write_synced(tmp / name, data)
+      if self.control is not None:
+        write_synced(tmp / CONTROL, self.control)
+      previous = _complete_dirs(self.run_dir)
+      write_manifest(tmp, self.round_num, previous[-1][1] if previous else None)
+      fsync_file(tmp)
+      if final.exists():  # Left by an earlier life of this run at the same round.
+        shutil.rmtree(final)
+      os.rename(tmp, final)
+      fsync_file(root)
+    except OSError as e:
+      shutil.rmtree(tmp, ignore_errors=True)
+      raise host_error(OSError(e.errno, e.strerror or str(e)), final,
+                       "writing checkpoint") from None
+    _prune(root, self.keep)
+    return final
+
+
+def stage_checkpoint(run_dir: str | os.PathLike, round_num: int, server_state: Any,
+                     simulated_seconds: float, broadcast_history: Sequence[int],
+                     aggregate_history: Sequence[int], keep: int,
+                     client_states: pathlib.Path | None = None,
+                     extra_npz: Mapping[str, Mapping[str, Any]] | None = None,
+                     control_state: Mapping[str, Any] | None = None) -> StagedCheckpoint:
+  """Takes the checkpoint of `round_num` (its temporary directory, client-state
+  links and bookkeeping); `commit()` writes it.
+
   Args:
     run_dir: the run directory.
     round_num: the round just completed.
@@ -181,49 +266,34 @@ def save_checkpoint(run_dir: str | os.PathLike, round_num: int, server_state: An
       (the asynchronous loop's clients in flight).
     control_state: a controller's state (JSON), if the run has one.
 
-  Returns:
-    The checkpoint directory.
-
   Raises:
-    HostError: naming the path, if anything cannot be written (e.g. 'no space
-      left on device (writing checkpoint P)'); no directory that would be
-      taken as a checkpoint is left behind.
+    HostError: as `save_checkpoint`.
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  root = pathlib.Path(run_dir) / CHECKPOINTS
-  final = root / f"round_{round_num}"
+  run_dir = pathlib.Path(run_dir)
+  root = run_dir / CHECKPOINTS
   tmp = root / f".round_{round_num}.tmp{os.getpid()}"
   try:
-    root.mkdir(exist_ok=True)
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    write_npz(tmp / SERVER_STATE, [np.asarray(x) for x in tf.nest.flatten(server_state)],
-              sync=True)
-    write_synced(tmp / PROGRESS, json.dumps({
-        "round": round_num, "simulated_seconds": simulated_seconds,
-        "broadcast_history": [int(b) for b in broadcast_history],
-        "aggregate_history": [int(b) for b in aggregate_history],
-        "wall_time": time.time()}))
-    if client_states is not None:
+    if client_states is not None:  # now: the store replaces these files when it next saves
+      shutil.rmtree(tmp, ignore_errors=True)
+      tmp.mkdir(parents=True)
       _link_client_states(client_states, tmp / CLIENT_STATES)
-    for name, arrays in (extra_npz or {}).items():
-      write_npz(tmp / name, arrays, sync=True)
-    if control_state is not None:
-      # repr-exact floats: a resumed controller decides exactly as it would have.
-      write_synced(tmp / CONTROL, json.dumps(control_state))
-    previous = _complete_dirs(pathlib.Path(run_dir))
-    write_manifest(tmp, round_num, previous[-1][1] if previous else None)
-    fsync_file(tmp)
-    if final.exists():  # Left by an earlier life of this run at the same round.
-      shutil.rmtree(final)
-    os.rename(tmp, final)
-    fsync_file(root)
   except OSError as e:
     shutil.rmtree(tmp, ignore_errors=True)
-    raise host_error(OSError(e.errno, e.strerror or str(e)), final,
+    raise host_error(OSError(e.errno, e.strerror or str(e)), root / f"round_{round_num}",
                      "writing checkpoint") from None
-  _prune(root, keep)
-  return final
+  return StagedCheckpoint(
+      run_dir=run_dir, round_num=round_num, tmp=tmp,
+      leaves=tuple(tf.nest.flatten(server_state)),
+      progress=json.dumps({
+          "round": round_num, "simulated_seconds": simulated_seconds,
+          "broadcast_history": [int(b) for b in broadcast_history],
+          "aggregate_history": [int(b) for b in aggregate_history],
+          "wall_time": time.time()}),  # now: the logs' rewind cuts what comes after
+      extra_npz={name: npz_bytes(arrays) for name, arrays in (extra_npz or {}).items()},
+      # repr-exact floats: a resumed controller decides exactly as it would have.
+      control=None if control_state is None else json.dumps(control_state),
+      keep=keep, linked=client_states is not None)
 
 
 def _link_client_states(source: pathlib.Path, target: pathlib.Path) -> None:

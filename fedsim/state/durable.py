@@ -23,9 +23,19 @@ def fsync_file(path: pathlib.Path) -> None:
     os.close(fd)
 
 
+def npz_bytes(arrays: Sequence[Any] | Mapping[str, Any]) -> bytes:
+  """`arrays` in np.savez's format (`arr_<i>`, or the mapping's names), in memory."""
+  buffer = io.BytesIO()
+  if isinstance(arrays, Mapping):
+    np.savez(buffer, **arrays)
+  else:
+    np.savez(buffer, *arrays)
+  return buffer.getvalue()
+
+
 def write_npz(path: str | os.PathLike, arrays: Sequence[Any] | Mapping[str, Any],
               sync: bool = False) -> None:
-  """Writes `arrays` to `path` in np.savez's format (`arr_<i>`, or the mapping's names).
+  """Writes `arrays` to `path` in np.savez's format (`npz_bytes`).
 
   The archive is built in memory first: np.savez streaming into a file that
   fills up leaves a half-written ZipFile, whose finalizer later prints a
@@ -34,22 +44,18 @@ def write_npz(path: str | os.PathLike, arrays: Sequence[Any] | Mapping[str, Any]
   Raises:
     OSError: if the file cannot be written.
   """
-  buffer = io.BytesIO()
-  if isinstance(arrays, Mapping):
-    np.savez(buffer, **arrays)
-  else:
-    np.savez(buffer, *arrays)
+  data = npz_bytes(arrays)
   with open(path, "wb") as f:
-    f.write(buffer.getbuffer())
+    f.write(data)
     if sync:
       f.flush()
       os.fsync(f.fileno())
 
 
-def write_synced(path: pathlib.Path, text: str) -> None:
-  """Writes `text` to `path` and fsyncs it."""
-  with open(path, "w", encoding="utf-8") as f:
-    f.write(text)
+def write_synced(path: pathlib.Path, content: str | bytes) -> None:
+  """Writes `content` (text as UTF-8) to `path` and fsyncs it."""
+  with open(path, "wb") as f:
+    f.write(content.encode("utf-8") if isinstance(content, str) else content)
     f.flush()
     os.fsync(f.fileno())
 

@@ -10,14 +10,17 @@
    flushed, or why the run failed once every sink is closed.
 2. Evaluation: adds `eval/*` to the round's metrics, so it comes before the
    callbacks that log them.
+   Then `Checkpoints.durable`: waits until the checkpoint of an earlier round,
+   written while this round ran, is on disk (see `checkpoint_writer`).
 3. CsvLogs: metrics.csv and clients.csv; on resume, cut back to the
    checkpoint and read back into `run.history`.
 4. TensorBoard: rewinds its event files on resume, then reads `run.history`.
 5. ProgressBar.
 6. Checkpoints: after the logs, so a checkpoint of round R comes with every
-   row up to R.
+   row up to R; taken here, written while the next round runs.
 7. OnRound, then the user's `callbacks=` in the order given: each sees a
-   round logged (with its evaluation, on evaluation rounds) and checkpointed,
+   round logged (with its evaluation, on evaluation rounds) and its
+   checkpoint taken (on disk before the next round is logged),
    and may stop the run there (see `callback`); at the end, they see the status
    still 'running' and every sink open.
 8. FinalModel: the model is exported at the end, before the user's `on_end`.
@@ -56,8 +59,9 @@ def standard_callbacks(progress: bool | None = None,
   from fedsim.experiment.callbacks.progress_bar import ProgressBar
   from fedsim.experiment.callbacks.status_file import Status
   from fedsim.experiment.callbacks.tensorboard import TensorBoard
-  callbacks = [ExperimentBoard(), Status(check_runtime), Evaluation(), CsvLogs(), TensorBoard(),
-               ProgressBar(progress), Checkpoints()]
+  checkpoints = Checkpoints()
+  callbacks = [ExperimentBoard(), Status(check_runtime), Evaluation(), checkpoints.durable,
+               CsvLogs(), TensorBoard(), ProgressBar(progress), checkpoints]
   if on_round is not None:
     callbacks.append(UserCallback(OnRound(on_round), name="on_round"))
   callbacks += [UserCallback(callback) for callback in user]

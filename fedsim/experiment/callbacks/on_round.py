@@ -1,4 +1,4 @@
-"""The user's `on_round(round, metrics, info)`, after the round is logged and checkpointed."""
+"""The user's `on_round(round, metrics, info)`, after the round is logged and its checkpoint taken."""
 
 from __future__ import annotations
 
