@@ -18,6 +18,8 @@ from fedsim.backend import lazy_imports  # noqa: E402
 
 lazy_imports.defer()
 
+from tests.ray_cluster import ray_cluster  # noqa: E402,F401  (the Ray modules' one cluster)
+
 
 @pytest.fixture(scope="session")
 def tff_runtime(tmp_path_factory):

@@ -22,7 +22,6 @@ import numpy as np
 import pytest
 
 import fedsim
-from tests.runtime.test_cluster import ray_cluster  # noqa: F401  (the Ray cluster fixture)
 
 PLUGIN = pathlib.Path(__file__).resolve().parents[2] / "experiments/plugin_example/lab_plugin.py"
 ENCODED = {"bits": 4, "min_elements": 1000}

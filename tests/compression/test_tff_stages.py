@@ -50,7 +50,6 @@ from fedsim.compression import ENCODERS, parse_direction, register_encoder
 from fedsim.compression import tensor_encoding_api as te_api
 from fedsim.compression.mean import build_encoded_mean
 from fedsim.runtime.inprocess import InProcessProcess
-from tests.runtime.test_cluster import ray_cluster  # noqa: F401  (the Ray cluster fixture)
 
 stages = te_api.stages
 research = stages.research

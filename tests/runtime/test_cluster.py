@@ -2,8 +2,8 @@
 survives a worker that dies mid-round, reports one that stays dead in one line,
 and leaves no Ray process behind.
 
-One cluster serves the module (Ray nodes take seconds to start on two cores);
-each node has one CPU, so the two workers of a run land on different nodes.
+One cluster (tests/ray_cluster.py) serves every Ray module of the session; each
+node has one CPU, so the two workers of a run land on different nodes.
 """
 
 from __future__ import annotations
@@ -11,12 +11,6 @@ from __future__ import annotations
 import functools
 import os
 import pathlib
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
-import time
 
 import numpy as np
 import pytest
@@ -25,11 +19,8 @@ import fedsim
 from fedsim.errors import RunFailed
 from fedsim.experiment.config.loader import parse_config, plain
 from fedsim.runtime import cluster
+from tests.ray_cluster import ARMED
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-RAY = str(pathlib.Path(sys.executable).parent / "ray")
-# An actor of `DyingWorker` exits once this file exists, after renaming it (only one can).
-ARMED = "FEDSIM_TEST_DIE_ARMED"
 
 CONFIG = {
     "name": "ray", "seed": 3, "rounds": 2, "clients_per_round": 4,
@@ -52,56 +43,6 @@ class DyingWorker(cluster.ClientWorker):
     except OSError:
       return super().run_ids(round_num, ids, client_input, zero)
     os._exit(1)
-
-
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
-def _ours(temp_dir: str, port: int) -> list[str]:
-  """Command lines of live processes of the cluster in `temp_dir` (raylet, GCS, ...)
-  or of its GCS at `port` (Ray's client server names only the GCS address)."""
-  pattern = f"{temp_dir}|:{port}([^0-9]|$)"
-  found = subprocess.run(["pgrep", "-af", pattern], capture_output=True, text=True).stdout
-  return [line for line in found.splitlines() if "pgrep" not in line]
-
-
-def _stop(temp_dir: str, port: int) -> None:
-  """Ends this cluster's processes by pid (`ray stop` would end every Ray on the machine)."""
-  for sig in (signal.SIGTERM, signal.SIGKILL):
-    for line in _ours(temp_dir, port):
-      try:
-        os.kill(int(line.split()[0]), sig)
-      except ProcessLookupError:
-        pass
-    deadline = time.monotonic() + 2  # Ray's agents ignore SIGTERM: SIGKILL follows
-    while _ours(temp_dir, port) and time.monotonic() < deadline:
-      time.sleep(0.2)
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-  """'127.0.0.1:PORT' of a head node and a second node, one CPU each."""
-  temp_dir = tempfile.mkdtemp(prefix="fsray", dir="/tmp")  # short: Ray's socket paths
-  env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0",
-         "RAY_enable_metrics_collection": "0", ARMED: os.path.join(temp_dir, "armed")}
-  port = _free_port()
-  common = ["--num-cpus", "1", "--node-ip-address", "127.0.0.1", "--temp-dir", temp_dir,
-            "--disable-usage-stats"]
-  try:
-    subprocess.run([RAY, "start", "--head", "--port", str(port), "--include-dashboard=false",
-                    *common], env=env, check=True, capture_output=True, timeout=120)
-    subprocess.run([RAY, "start", "--address", f"127.0.0.1:{port}", *common], env=env,
-                   check=True, capture_output=True, timeout=120)
-    yield f"127.0.0.1:{port}", temp_dir
-  finally:
-    _stop(temp_dir, port)
-  assert _ours(temp_dir, port) == []
-  workers = subprocess.run(["pgrep", "-f", "ray::(DyingWorker|ClientWorker)"],
-                           capture_output=True, text=True).stdout
-  assert workers == ""
 
 
 def _flat(value) -> list[np.ndarray]:

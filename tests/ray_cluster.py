@@ -1,0 +1,73 @@
+"""The two-node Ray cluster on loopback that the Ray modules share (the `ray`
+xdist group runs them on one worker, so the session starts it once: Ray nodes
+take tens of seconds to start on two cores). Its teardown checks that it left no
+Ray process and no fedsim actor behind."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+RAY = str(pathlib.Path(sys.executable).parent / "ray")
+# An actor of test_cluster's `DyingWorker` exits once this file exists, after
+# renaming it (only one can).
+ARMED = "FEDSIM_TEST_DIE_ARMED"
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def _ours(temp_dir: str, port: int) -> list[str]:
+  """Command lines of live processes of the cluster in `temp_dir` (raylet, GCS, ...)
+  or of its GCS at `port` (Ray's client server names only the GCS address)."""
+  pattern = f"{temp_dir}|:{port}([^0-9]|$)"
+  found = subprocess.run(["pgrep", "-af", pattern], capture_output=True, text=True).stdout
+  return [line for line in found.splitlines() if "pgrep" not in line]
+
+
+def _stop(temp_dir: str, port: int) -> None:
+  """Ends this cluster's processes by pid (`ray stop` would end every Ray on the machine)."""
+  for sig in (signal.SIGTERM, signal.SIGKILL):
+    for line in _ours(temp_dir, port):
+      try:
+        os.kill(int(line.split()[0]), sig)
+      except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + 2  # Ray's agents ignore SIGTERM: SIGKILL follows
+    while _ours(temp_dir, port) and time.monotonic() < deadline:
+      time.sleep(0.2)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+  """'127.0.0.1:PORT' of a head node and a second node, one CPU each."""
+  temp_dir = tempfile.mkdtemp(prefix="fsray", dir="/tmp")  # short: Ray's socket paths
+  env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0",
+         "RAY_enable_metrics_collection": "0", ARMED: os.path.join(temp_dir, "armed")}
+  port = _free_port()
+  common = ["--num-cpus", "1", "--node-ip-address", "127.0.0.1", "--temp-dir", temp_dir,
+            "--disable-usage-stats"]
+  try:
+    subprocess.run([RAY, "start", "--head", "--port", str(port), "--include-dashboard=false",
+                    *common], env=env, check=True, capture_output=True, timeout=120)
+    subprocess.run([RAY, "start", "--address", f"127.0.0.1:{port}", *common], env=env,
+                   check=True, capture_output=True, timeout=120)
+    yield f"127.0.0.1:{port}", temp_dir
+  finally:
+    _stop(temp_dir, port)
+  assert _ours(temp_dir, port) == []
+  workers = subprocess.run(["pgrep", "-f", "ray::(DyingWorker|ClientWorker)"],
+                           capture_output=True, text=True).stdout
+  assert workers == ""
