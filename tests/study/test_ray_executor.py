@@ -131,7 +131,10 @@ def two_nodes():
   """'127.0.0.1:PORT' of a head and a second node of one CPU each, and the
   second node's temp dir."""
   head_dir, node_dir = (tempfile.mkdtemp(prefix="fsst", dir="/tmp") for _ in range(2))
-  env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_enable_metrics_collection": "0"}
+  # Niceness 0: runs at Ray's 15 crawl on a busy machine. A patient raylet: it
+  # exits when its agents take over 30 s to start, as they may on two busy cores.
+  env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_enable_metrics_collection": "0",
+         "RAY_worker_niceness": "0", "RAY_agent_register_timeout_ms": "300000"}
   port = _free_port()
   common = ["--num-cpus", "1", "--node-ip-address", "127.0.0.1", "--disable-usage-stats"]
   try:
