@@ -44,7 +44,11 @@ _PROBE_S = 5.0   # how often a wait checks that the cluster still answers
 # exit deadline (fedsim.runtime.signals.EXIT_DEADLINE_S). A child still
 # stopping then gets SIGTERM as its worker dies, and ends 'interrupted'.
 _CANCEL_S = 4.0
-_NICENESS = "RAY_worker_niceness"  # read by a raylet as it starts
+# A private instance's raylet: its workers at niceness 0 (Ray's 15, inherited
+# by each run's process, starves the runs on a busy machine), and patient with
+# a worker whose start (Python, Ray's import) takes over Ray's 60 s, as it did
+# on two cores under a load of 27: the raylet kept starting workers in vain.
+_PRIVATE_INSTANCE = {"RAY_worker_niceness": "0", "RAY_worker_register_timeout_seconds": "600"}
 
 
 class RunLost(Exception):
@@ -102,17 +106,15 @@ class OnRay:
     resources = [run_resources(_config(run)) for run in runs]
     need_cpus = max(r["num_cpus"] for r in resources)
     need_gpus = max(r["num_gpus"] for r in resources)
-    # Ray starts its workers at niceness 15, and a run's process inherits it: on
-    # a busy machine that starves the runs. A private instance's run at 0.
-    niced = self._address == "local" and _NICENESS not in os.environ
-    if niced:
-      os.environ[_NICENESS] = "0"
+    added = {k: v for k, v in _PRIVATE_INSTANCE.items()
+             if self._address == "local" and k not in os.environ}
+    os.environ.update(added)  # read by the raylet ray.init starts
     try:
       reaper = connect(self._address, "--ray-address",
                        num_cpus=max(need_cpus, len(os.sched_getaffinity(0))), num_gpus=need_gpus)
     finally:
-      if niced:
-        del os.environ[_NICENESS]
+      for key in added:
+        del os.environ[key]
     import ray  # pylint: disable=g-import-not-at-top
     pending: dict = {}
     try:

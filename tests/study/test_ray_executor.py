@@ -23,6 +23,7 @@ import pytest
 
 from fedsim.errors import UserError
 from fedsim.study.executors import ExecutorChoice, choose
+from fedsim.study import on_ray
 from fedsim.study.on_ray import run_resources
 from tests.chaos.processes import MARKER, kill_marked, left_after
 from tests.runtime.test_cluster import RAY, _free_port, _ours, _stop
@@ -131,10 +132,10 @@ def two_nodes():
   """'127.0.0.1:PORT' of a head and a second node of one CPU each, and the
   second node's temp dir."""
   head_dir, node_dir = (tempfile.mkdtemp(prefix="fsst", dir="/tmp") for _ in range(2))
-  # Niceness 0: runs at Ray's 15 crawl on a busy machine. A patient raylet: it
-  # exits when its agents take over 30 s to start, as they may on two busy cores.
+  # As fedsim's private instance (fedsim.study.on_ray), with a raylet patient
+  # with slow agents too (it exits when they take over 30 s to start).
   env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_enable_metrics_collection": "0",
-         "RAY_worker_niceness": "0", "RAY_agent_register_timeout_ms": "300000"}
+         "RAY_agent_register_timeout_ms": "300000", **on_ray._PRIVATE_INSTANCE}
   port = _free_port()
   common = ["--num-cpus", "1", "--node-ip-address", "127.0.0.1", "--disable-usage-stats"]
   try:
