@@ -481,5 +481,15 @@ def _exit_now_if_signalled(code: int) -> None:
   signals.exit_now_if_signalled(code)
 
 
+def _play_runs(plugin_args: Sequence[str]) -> None:
+  """A player of `fedsim run --jobs N` (fedsim.study.player): each run directory
+  it is sent played as `fedsim run --resume RUN_DIR --no-progress` is."""
+  from fedsim.study import player  # pylint: disable=g-import-not-at-top
+  player.serve(lambda run_dir: main(["run", "--resume", str(run_dir), "--no-progress",
+                                     *plugin_args]))
+
+
 if __name__ == "__main__":
+  if sys.argv[1:2] == ["--play-runs"]:
+    _play_runs(sys.argv[2:])
   sys.exit(main())

@@ -38,9 +38,8 @@ from typing import Callable, Iterator, Protocol, Sequence
 from fedsim.errors import RunFailed, UserError
 from fedsim.runtime.cluster.lifetime import TAG as RAY_INSTANCE_TAG
 from fedsim.study.plan import PlannedRun
+from fedsim.study.player import CHILD_LOG, PLAYER_ARGS
 
-# The log of a run played in a child process: what it printed.
-CHILD_LOG = "output.log"
 # A child asked to stop (SIGINT) gets this long to stop cleanly, then a second
 # SIGINT makes it leave at once (marking its run interrupted), all within this
 # process's own exit deadline (fedsim.runtime.signals.EXIT_DEADLINE_S).
@@ -159,8 +158,8 @@ class _Player:
 
   def __init__(self, cpus: frozenset[int], plugins: Sequence[str]):
     self.run: PlannedRun | None = None
-    self.process = _spawn([sys.executable, "-m", "fedsim.study.player",
-                           *(f"--plugin={p}" for p in plugins)], cpus,
+    self.process = _spawn([sys.executable, *PLAYER_ARGS, *(f"--plugin={p}" for p in plugins)],
+                          cpus,
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                           stderr=subprocess.DEVNULL)
 

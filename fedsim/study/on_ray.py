@@ -11,9 +11,10 @@ which a Python call inside the task could not promise.
   runtime its actors' CPUs and GPUs (they run on the task's node). Ray
   reserves them; it does not pin: TensorFlow still sees the node's cores.
 * Lost runs: the child dies with its task's worker (SIGTERM, status
-  'interrupted'); Ray starts a task whose worker or node was lost, or whose
-  child a signal ended, again (`max_retries` times), on any node with room,
-  and the new child resumes from the run's last checkpoint. Run directories
+  'interrupted'); a run whose worker or node was lost, or whose child a
+  signal ended, is sent again (`max_retries` times, `_RETRY_AFTER_S` x its
+  tries later: Ray may still place it on the dead node until it notices),
+  to any node with room, and the new child resumes from its last checkpoint. Run directories
   must therefore be on a filesystem every node mounts at the same path.
 * Ctrl-C: every task is cancelled (Ray raises KeyboardInterrupt in it, and
   it stops its child), the tasks are given `_CANCEL_S` to end, then a private
@@ -26,6 +27,7 @@ from __future__ import annotations
 import os
 import pathlib
 import socket
+import time
 from typing import Any, Iterator, Mapping, Sequence
 
 import yaml
@@ -39,6 +41,7 @@ from fedsim.study.executors import (Outcome, StudyContext, child_outcome, start_
 from fedsim.study.plan import PlannedRun
 
 _PROBE_S = 5.0   # how often a wait checks that the cluster still answers
+_RETRY_AFTER_S = 10.0  # a lost run starts again after this, times its tries so far
 # Cancelled tasks stop their children (`executors.stop_children`); the study
 # waits this long for them, then stops a private instance, all within its own
 # exit deadline (fedsim.runtime.signals.EXIT_DEADLINE_S). A child still
@@ -116,26 +119,46 @@ class OnRay:
       for key in added:
         del os.environ[key]
     import ray  # pylint: disable=g-import-not-at-top
-    pending: dict = {}
+    pending: dict = {}  # task -> (run, its resources, tries so far)
+    later: list = []    # (when, run, resources, tries): lost runs to start again
     try:
       self._check_fits(ray, need_cpus, need_gpus)
       gcs = ray.get_runtime_context().gcs_address
       task = ray.remote(play_run)
+
+      def submit(run: PlannedRun, needs: dict, tries: int) -> None:
+        ref = task.options(**needs, max_retries=0).remote(
+            str(run.run_dir.resolve()), tuple(context.plugins), os.getcwd())
+        pending[ref] = (run, needs, tries)
+
       for run, needs in zip(runs, resources):
-        ref = task.options(**needs, max_retries=self._max_retries,
-                           retry_exceptions=[RunLost]).remote(
-                               str(run.run_dir.resolve()), tuple(context.plugins), os.getcwd())
-        pending[ref] = run
+        submit(run, needs, 1)
         context.on_start(run)
-      while pending:
-        ready, _ = ray.wait(list(pending), num_returns=1, timeout=_PROBE_S)
+      while pending or later:
+        due = [entry for entry in later if entry[0] <= time.monotonic()]
+        for entry in due:
+          later.remove(entry)
+          submit(*entry[1:])
+        ready = []
+        if pending:
+          ready, _ = ray.wait(list(pending), num_returns=1, timeout=_PROBE_S)
+        else:
+          time.sleep(1.0)  # only runs waiting to start again
         if not ready and not answers(gcs):
-          for run in pending.values():
+          for run, _, _ in list(pending.values()) + [entry[1:] for entry in later]:
             yield Outcome(run, False, error=f"lost the Ray cluster (its head {gcs} stopped"
                                             " answering); the run can resume")
           pending.clear()
+          later.clear()
         for ref in ready:
-          yield self._outcome(ray, ref, pending.pop(ref))
+          run, needs, tries = pending.pop(ref)
+          outcome, lost = self._outcome(ray, ref, run, tries)
+          if lost and tries <= self._max_retries:
+            # Ray may place a task on a node it has not yet noticed is dead:
+            # start it again once the cluster had time to notice.
+            later.append((time.monotonic() + _RETRY_AFTER_S * tries, run, needs, tries + 1))
+          else:
+            yield outcome
     except BaseException:
       _cancel(ray, list(pending))
       raise
@@ -152,18 +175,20 @@ class OnRay:
       raise UserError(f"--ray-address: a run needs {cpus:g} CPUs and {gpus:g} GPUs on one"
                       f" node; no node of the cluster at {self._address} has them")
 
-  def _outcome(self, ray, ref, run: PlannedRun) -> Outcome:
-    tries = self._max_retries + 1
+  def _outcome(self, ray, ref, run: PlannedRun, tries: int) -> tuple[Outcome, bool]:
+    """How `run`'s task ended, and whether its run was lost (to be started again)."""
     try:
       code, _ = ray.get(ref)
-    except ray.exceptions.RayTaskError as e:  # RunLost each time, or fedsim's own bug
-      return Outcome(run, False, error=f"failed {tries} times: {first_line(e.cause or e)};"
-                                       " the run can resume from its last checkpoint")
-    except ray.exceptions.RayError as e:  # its worker or node lost each time
+    except ray.exceptions.RayTaskError as e:  # RunLost, or fedsim's own bug
+      lost = isinstance(e.cause, RunLost)
+      return Outcome(run, False, error=f"{'lost' if lost else 'failed'} {tries} times:"
+                                       f" {first_line(e.cause or e)}; the run can resume"
+                                       " from its last checkpoint"), lost
+    except ray.exceptions.RayError as e:  # its worker or node lost
       return Outcome(run, False, error=f"its Ray worker was lost {tries} times"
                                        f" ({type(e).__name__}); the run can resume from its"
-                                       " last checkpoint")
-    return child_outcome(run, code)
+                                       " last checkpoint"), True
+    return child_outcome(run, code), False
 
 
 def _cancel(ray, refs: list) -> None:

@@ -1,14 +1,15 @@
 """A player of the `processes` executor: one long-lived process that plays the
 runs a study sends it, one after another.
 
-`python -m fedsim.study.player [--plugin=P ...]` reads a run directory per
-line on stdin, plays it exactly as `fedsim run --resume RUN_DIR --no-progress`
-does in a process of its own (`fedsim.cli.main`, so the same code path, the
-same exit codes, the same status on Ctrl-C), its output appended to
-RUN_DIR/output.log, and answers the exit code on a line of its stdout. It
-imports Python's and TensorFlow's modules once, which a process per run pays
-every time. A run stopped by SIGINT or SIGTERM ends the player with that
-run's exit code (130, 143); stdin's end ends it with 0.
+`python -m fedsim.cli --play-runs [--plugin=P ...]` (`PLAYER_ARGS`) reads a run
+directory per line on stdin, plays it exactly as `fedsim run --resume RUN_DIR
+--no-progress` does in a process of its own (the CLI hands `serve` its own
+`main` for that: the same code path, the same exit codes, the same status on
+Ctrl-C), its output appended to RUN_DIR/output.log, and answers the exit code
+on a line of its stdout. It imports Python's and TensorFlow's modules once,
+which a process per run pays every time. A run stopped by SIGINT or SIGTERM
+ends the player with that run's exit code (130, 143); stdin's end ends it
+with 0.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ import os
 import pathlib
 import sys
 import traceback
-from typing import Iterator, Sequence
+from typing import Callable, Iterator
 
-from fedsim.study.executors import CHILD_LOG
+CHILD_LOG = "output.log"  # what a run played in another process printed
+PLAYER_ARGS = ["-m", "fedsim.cli", "--play-runs"]  # after the interpreter
 
 
 @contextlib.contextmanager
@@ -43,8 +45,9 @@ def _output_to(path: pathlib.Path) -> Iterator[None]:
       os.close(fd)
 
 
-def main(plugin_args: Sequence[str]) -> None:
-  from fedsim import cli  # pylint: disable=g-import-not-at-top
+def serve(play: Callable[[pathlib.Path], int]) -> None:
+  """Plays each run directory read on stdin with `play` (its exit code), then
+  ends the process."""
   answers = os.fdopen(os.dup(1), "w", buffering=1)  # the study reads exit codes here
   null = os.open(os.devnull, os.O_WRONLY)
   os.dup2(null, 1)  # a run's output goes to its log only
@@ -53,7 +56,7 @@ def main(plugin_args: Sequence[str]) -> None:
     run_dir = pathlib.Path(line.rstrip("\n"))
     with _output_to(run_dir / CHILD_LOG):
       try:
-        code = cli.main(["run", "--resume", str(run_dir), "--no-progress", *plugin_args])
+        code = play(run_dir)
       except Exception:  # pylint: disable=broad-except
         traceback.print_exc()  # a bug in fedsim: into the run's log, as a child's would be
         code = 1
@@ -66,7 +69,3 @@ def main(plugin_args: Sequence[str]) -> None:
     worker.shutdown()
   sys.stderr.flush()
   os._exit(0)  # pylint: disable=protected-access
-
-
-if __name__ == "__main__":
-  main(sys.argv[1:])

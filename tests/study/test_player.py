@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from fedsim.study.player import PLAYER_ARGS
+
 
 def test_a_player_answers_each_runs_exit_code_and_appends_its_output_to_the_log(tmp_path):
   runs = [tmp_path / "runs" / "x" / name for name in ("a", "b")]
@@ -13,7 +15,7 @@ def test_a_player_answers_each_runs_exit_code_and_appends_its_output_to_the_log(
     run_dir.mkdir(parents=True)
   (runs[0] / "config.yaml").write_text("name: x\nrounds: [1\n")  # unreadable YAML: exit 2
   (runs[1] / "config.yaml").write_text("name: x\nrounds: 1\n")  # a key missing: exit 2
-  player = subprocess.Popen([sys.executable, "-m", "fedsim.study.player"], text=True,
+  player = subprocess.Popen([sys.executable, *PLAYER_ARGS], text=True,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
   out, err = player.communicate(f"{runs[0]}\n{runs[1]}\n{runs[0]}\n", timeout=300)
