@@ -1,12 +1,16 @@
-"""Wall time of a study of 8 quickstart-sized runs: `--jobs 2` against sequential.
+"""Wall time of a study of 8 quickstart-sized runs: `--jobs 2` and the Ray
+executor against sequential.
 
-Usage: uv run python bench/study_jobs.py [--rounds R] [--repeats N]
+Usage: uv run python bench/study_jobs.py [--rounds R] [--repeats N] [--modes M,M]
 
 Plays `experiments/quickstart.yaml` at seeds 0-7 (8 runs, `rounds` each) as
-one `fedsim run` process, sequentially and with `--jobs 2`, alternating the
-two `repeats` times so that the machine's load falls on both alike; prints
-each wall time, the load before each, and the median ratio. Checks that both
-studies logged the same metrics (bar the wall-clock column).
+one `fedsim run` process per mode: `sequential`, `jobs2` (`--jobs 2`) and
+`ray` (`--executor ray`, a local Ray instance started and stopped by the
+study), interleaved (the order rotates each repeat) so that the machine's
+load falls on all alike; prints each wall time with the load before it, then
+per mode the median ratio to sequential and, for `ray`, the median overhead
+per run ((ray - sequential) / 8). Checks that every mode logged the
+sequential study's metrics (bar the wall-clock column).
 """
 
 from __future__ import annotations
@@ -25,10 +29,14 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 CONFIG = REPO / "experiments" / "quickstart.yaml"
 
 
-def _study(logdir: pathlib.Path, rounds: int, jobs: int) -> float:
-  args = [sys.executable, "-m", "fedsim.cli", "run", str(CONFIG), "--seeds", "0,1,2,3,4,5,6,7",
-          "--set", f"rounds={rounds}", "--logdir", str(logdir), "--no-progress",
-          "--jobs", str(jobs)]
+RUNS = 8
+MODES = {"sequential": [], "jobs2": ["--jobs", "2"], "ray": ["--executor", "ray"]}
+
+
+def _study(logdir: pathlib.Path, rounds: int, mode: str) -> float:
+  args = [sys.executable, "-m", "fedsim.cli", "run", str(CONFIG),
+          "--seeds", ",".join(map(str, range(RUNS))), "--set", f"rounds={rounds}",
+          "--logdir", str(logdir), "--no-progress", *MODES[mode]]
   start = time.monotonic()
   subprocess.run(args, check=True, stdout=subprocess.DEVNULL,
                  env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
@@ -48,23 +56,32 @@ def main() -> None:
   parser = argparse.ArgumentParser()
   parser.add_argument("--rounds", type=int, default=10)
   parser.add_argument("--repeats", type=int, default=2)
+  parser.add_argument("--modes", default=",".join(MODES),
+                      help=f"comma-separated, among {', '.join(MODES)}")
   args = parser.parse_args()
-  times = {1: [], 2: []}
+  modes = ["sequential"] + [m for m in args.modes.split(",") if m != "sequential"]
+  times = {mode: [] for mode in modes}
   with tempfile.TemporaryDirectory() as tmp:
     for repeat in range(args.repeats):
-      for jobs in (1, 2) if repeat % 2 == 0 else (2, 1):
+      shift = repeat % len(modes)
+      for mode in modes[shift:] + modes[:shift]:
         load = os.getloadavg()[0]
-        logdir = pathlib.Path(tmp) / f"r{repeat}-j{jobs}"
-        seconds = _study(logdir, args.rounds, jobs)
-        times[jobs].append(seconds)
-        print(f"repeat {repeat} jobs {jobs}: {seconds:.1f} s (load before {load:.2f})",
-              flush=True)
-    same = _metrics(pathlib.Path(tmp) / "r0-j1" / "quickstart") == _metrics(
-        pathlib.Path(tmp) / "r0-j2" / "quickstart")
-  ratio = statistics.median(a / b for a, b in zip(times[1], times[2]))
-  print(f"8 runs x {args.rounds} rounds on {len(os.sched_getaffinity(0))} CPUs: sequential /"
-        f" --jobs 2 wall time, median of {args.repeats}: {ratio:.2f}x;"
-        f" same metrics: {same}")
+        logdir = pathlib.Path(tmp) / f"r{repeat}-{mode}"
+        seconds = _study(logdir, args.rounds, mode)
+        times[mode].append(seconds)
+        print(f"repeat {repeat} {mode}: {seconds:.1f} s (load before {load:.2f})", flush=True)
+    want = _metrics(pathlib.Path(tmp) / "r0-sequential" / "quickstart")
+    same = {mode: _metrics(pathlib.Path(tmp) / f"r0-{mode}" / "quickstart") == want
+            for mode in modes[1:]}
+  for mode in modes[1:]:
+    ratio = statistics.median(a / b for a, b in zip(times["sequential"], times[mode]))
+    line = (f"{RUNS} runs x {args.rounds} rounds on {len(os.sched_getaffinity(0))} CPUs:"
+            f" sequential / {mode} wall time, median of {args.repeats}: {ratio:.2f}x")
+    if mode == "ray":
+      overhead = statistics.median((b - a) / RUNS for a, b in zip(times["sequential"],
+                                                                  times[mode]))
+      line += f"; overhead per run {overhead:.1f} s"
+    print(f"{line}; same metrics: {same[mode]}")
 
 
 if __name__ == "__main__":

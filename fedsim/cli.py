@@ -64,6 +64,16 @@ def _parser() -> argparse.ArgumentParser:
   run.add_argument("--jobs", type=_positive_int, default=1, metavar="N",
                    help="play N runs of the study at once, each a process on its share of"
                         " the CPUs (default: 1, one after another in this process)")
+  run.add_argument("--executor", metavar="NAME",
+                   help="what plays the study's runs: sequential (the default), processes"
+                        " (the default with --jobs N > 1) or ray (each run a Ray task)")
+  run.add_argument("--ray-address", metavar="ADDR",
+                   help="with --executor ray: local (a Ray instance fedsim starts and"
+                        " stops; the default), auto (the one `ray start` made here) or"
+                        " HOST:PORT of a cluster's head")
+  run.add_argument("--max-retries", type=int, metavar="N",
+                   help="with --executor ray: start a run again, from its last checkpoint,"
+                        " up to N times when its worker or node is lost (default: 2)")
   start = run.add_mutually_exclusive_group()
   start.add_argument("--resume", nargs="?", const=True, default=None, metavar="DIR",
                      help="continue the study: complete runs are left alone, interrupted"
@@ -204,6 +214,8 @@ def _is_study_dir(path: pathlib.Path) -> bool:
 
 
 def _run(args) -> int:
+  from fedsim.study.executors import choose  # NumPy: after the signal handlers
+  executor = choose(args.executor, args.jobs, args.ray_address, args.max_retries)
   target = _resume_target(args)
   if target is not None and not _is_study_dir(target) and (target / "config.yaml").is_file():
     return _run_one(args, target)
@@ -213,12 +225,12 @@ def _run(args) -> int:
   def planned(study_dir: pathlib.Path) -> None:
     started.append(study_dir)
     _hint_forced_exit(_resume_command(study_dir, args.plugins))
-  on_start = _announce if args.jobs > 1 else (lambda run: None)
+  on_start = _announce if executor.name != "sequential" else (lambda run: None)
   if target is not None:  # the command to continue is known before anything is read
     planned(target)
   try:
     if args.config is None:
-      study = runner.resume_study(target, args.overrides, jobs=args.jobs,
+      study = runner.resume_study(target, args.overrides, executor=executor,
                                   progress=_progress(args), plugins=args.plugins,
                                   on_plan=planned, on_start=on_start)
     else:
@@ -226,7 +238,7 @@ def _run(args) -> int:
         args.logdir = str(target.parent)
       study = runner.run_study(args.config, _overrides(args), logdir=args.logdir,
                                variant=args.variant, resume=args.resume is not None,
-                               jobs=args.jobs, progress=_progress(args),
+                               executor=executor, progress=_progress(args),
                                plugins=args.plugins, on_plan=planned,
                                on_start=on_start, study_name=target.name if target else None)
   except (KeyboardInterrupt, RunFailed, HostError, OSError) as e:
@@ -469,5 +481,15 @@ def _exit_now_if_signalled(code: int) -> None:
   signals.exit_now_if_signalled(code)
 
 
+def _play_runs(plugin_args: Sequence[str]) -> None:
+  """A player of `fedsim run --jobs N` (fedsim.study.player): each run directory
+  it is sent played as `fedsim run --resume RUN_DIR --no-progress` is."""
+  from fedsim.study import player  # pylint: disable=g-import-not-at-top
+  player.serve(lambda run_dir: main(["run", "--resume", str(run_dir), "--no-progress",
+                                     *plugin_args]))
+
+
 if __name__ == "__main__":
+  if sys.argv[1:2] == ["--play-runs"]:
+    _play_runs(sys.argv[2:])
   sys.exit(main())

@@ -73,7 +73,8 @@ def lock_holder():
 # Ray processes look at the whole machine.
 RAY_MODULES = frozenset({"tests/runtime/test_cluster.py", "tests/chaos/test_ray_faults.py",
                          "tests/compression/test_tff_chain_runs.py",
-                         "tests/compression/test_tff_stages.py"})
+                         "tests/compression/test_tff_stages.py",
+                         "tests/study/test_ray_executor.py"})
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups

@@ -25,7 +25,7 @@ from fedsim.experiment.config.variant_overrides import load_for_variant
 from fedsim.experiment.resume import check_resumable
 from fedsim.reporting.ownership import lock_run_dir
 from fedsim.reporting.rundir import read_status, write_config
-from fedsim.study.executors import Outcome, StudyContext, executor_for
+from fedsim.study.executors import ExecutorChoice, Outcome, StudyContext, executor_for
 from fedsim.study.plan import PlannedRun, plan_study, read_plan
 
 
@@ -54,7 +54,8 @@ class StudyRun:
 
 def run_study(config: str | os.PathLike | Mapping[str, Any], overrides: Sequence[str] = (), *,
               logdir: str | os.PathLike = "runs", variant: str | None = None,
-              resume: bool = False, jobs: int = 1, progress: bool | None = None,
+              resume: bool = False, executor: ExecutorChoice = ExecutorChoice(),
+              progress: bool | None = None,
               plugins: Sequence[str] = (), study_name: str | None = None,
               on_plan: Callable[[pathlib.Path], None] = lambda study_dir: None,
               on_start: Callable[[PlannedRun], None] = lambda run: None) -> StudyRun:
@@ -64,7 +65,8 @@ def run_study(config: str | os.PathLike | Mapping[str, Any], overrides: Sequence
     config, overrides, variant: as `fedsim.api.run`.
     logdir: root of the study directory `<logdir>/<name>/`.
     resume: continue the study's runs instead of starting new directories.
-    jobs: runs at once (1: in this process, one after another).
+    executor: which executor plays the runs (default: one after another in
+      this process), with its options.
     progress: progress bar on/off; None = only on a terminal.
     plugins: `--plugin` modules or files (passed on to child processes).
     study_name: the study directory's name the config must have (`--resume
@@ -90,14 +92,15 @@ def run_study(config: str | os.PathLike | Mapping[str, Any], overrides: Sequence
   planned = plan_study(logdir, name, resolved, resume)
   study = StudyRun(pathlib.Path(logdir) / name, planned)
   on_plan(study.study_dir)
-  _play(study, [config_of_run for _, config_of_run in resolved],
-        StudyContext(logdir=logdir, progress=progress, plugins=tuple(plugins), jobs=jobs,
+  _play(study, [config_of_run for _, config_of_run in resolved], executor,
+        StudyContext(logdir=logdir, progress=progress, plugins=tuple(plugins),
                      on_start=on_start))
   return study
 
 
 def resume_study(study_dir: str | os.PathLike, overrides: Sequence[str] = (), *,
-                 jobs: int = 1, progress: bool | None = None, plugins: Sequence[str] = (),
+                 executor: ExecutorChoice = ExecutorChoice(), progress: bool | None = None,
+                 plugins: Sequence[str] = (),
                  on_plan: Callable[[pathlib.Path], None] = lambda study_dir: None,
                  on_start: Callable[[PlannedRun], None] = lambda run: None) -> StudyRun:
   """Continues the study `study_dir/study.yaml` plans, each run with its own
@@ -118,19 +121,20 @@ def resume_study(study_dir: str | os.PathLike, overrides: Sequence[str] = (), *,
     _, raw = load_config(run.run_dir / "config.yaml", ["seeds=[]", *overrides])
     (_, cfg), = expand_variants(raw)
     configs.append(_resolved(cfg))
-  _play(study, configs, StudyContext(logdir=study_dir.parent, progress=progress,
-                                     plugins=tuple(plugins), jobs=jobs, on_start=on_start))
+  _play(study, configs, executor, StudyContext(logdir=study_dir.parent, progress=progress,
+                                               plugins=tuple(plugins), on_start=on_start))
   return study
 
 
-def _play(study: StudyRun, configs: Sequence[Mapping[str, Any]], context: StudyContext) -> None:
+def _play(study: StudyRun, configs: Sequence[Mapping[str, Any]], executor: ExecutorChoice,
+          context: StudyContext) -> None:
   """Sorts `study.planned` (each with its resolved config) into complete, live
   and to play, all checked before the first plays; then plays them."""
   to_play = []
   for run, resolved in zip(study.planned, configs):
     state = _prepare(run, resolved)
     {"complete": study.complete, "live": study.live, "play": to_play}[state].append(run)
-  for outcome in executor_for(context.jobs).play(to_play, context):
+  for outcome in executor_for(executor).play(to_play, context):
     study.outcomes.append(outcome)
 
 

@@ -26,6 +26,8 @@ import time
 import numpy as np
 import pytest
 
+from fedsim.reporting.rundir import read_status
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CONFIG = """
 name: proof
@@ -200,3 +202,54 @@ def test_two_jobs_give_the_sequential_study(reference, tmp_path, variant):
   runs = [run for run in RUNS if variant is None or run.startswith(f"{variant}-")]
   assert sorted(re.findall(r"^started (\S+) ", out, re.M)) == sorted(runs)
   _assert_equal_studies(tmp_path / "runs" / "proof", reference, runs)
+
+
+def _player_of(run_dir: pathlib.Path, study_pid: int) -> int | None:
+  """The pid of the study's player process playing `run_dir` (its --resume child's
+  log is open there: the player is the process whose fd 1 is that output.log)."""
+  found = subprocess.run(["pgrep", "-P", str(study_pid)], capture_output=True, text=True).stdout
+  for pid in map(int, found.split()):
+    try:
+      if os.readlink(f"/proc/{pid}/fd/1") == str(run_dir / "output.log"):
+        return pid
+    except OSError:
+      continue
+  return None
+
+
+@pytest.mark.slow
+def test_two_jobs_go_on_when_a_player_is_killed_and_its_run_resumes(reference, tmp_path):
+  (tmp_path / "proof.yaml").write_text(CONFIG)
+  study = tmp_path / "runs" / "proof"
+  process = _fedsim(str(tmp_path / "proof.yaml"), "--logdir", str(tmp_path / "runs"),
+                    "--jobs", "2", "--variant", "sgd")
+  try:
+    deadline = time.monotonic() + TIMEOUT_S
+    victim = None
+    while process.poll() is None and time.monotonic() < deadline and victim is None:
+      for run in RUNS[:3]:
+        if _lines(study / run / "metrics.csv") > 1:  # mid-run: a round logged
+          pid = _player_of(study / run, process.pid)
+          if pid is not None:
+            victim = (run, pid)
+            break
+      time.sleep(0.02)
+    assert victim is not None, process.communicate()
+    os.kill(victim[1], signal.SIGKILL)
+    out, err = process.communicate(timeout=TIMEOUT_S)
+  finally:
+    if process.poll() is None:
+      os.killpg(process.pid, signal.SIGKILL)
+      process.communicate()
+  run = victim[0]
+  assert process.returncode == 1, err
+  assert f"fedsim: run failed: {run}: its process (pid {victim[1]}) died with exit code -9" in err
+  assert err.strip().splitlines()[-1].endswith(f"fedsim.cli run --resume {study}"), err
+  assert read_status(study / run)[0] == "killed"  # its writer is gone: resumable
+  others = [r for r in RUNS[:3] if r != run]
+  assert [(study / r / "status").read_text().split("\n")[0] for r in others] == ["completed"] * 2
+  resumed = _fedsim("--resume", str(study), "--jobs", "2")
+  _, err = resumed.communicate(timeout=TIMEOUT_S)
+  assert resumed.returncode == 0, err
+  assert "resuming" in (study / run / "output.log").read_text()
+  _assert_equal_studies(study, reference, RUNS[:3])

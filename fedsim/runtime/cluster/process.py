@@ -231,31 +231,13 @@ class ClusterProcess(RoundProcess, RoundPhases):
   # Internals.
 
   def _connect(self) -> None:
-    ray = self._ray
-    if ray.is_initialized():  # e.g. a notebook's own ray.init: reuse, never stop it
-      raise UserError("runtime.address: Ray is already initialized in this process;"
-                      " call ray.shutdown() first (fedsim connects by itself)")
-    address = self._spec.address
-    options = dict(include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-                   configure_logging=True)
-    if address == "local":
-      self._reaper = Reaper()  # before ray.init: a driver killed during it is swept too
-      with self._reaper.tagged(), process_handlers_kept():
-        ray.init(address="local", num_cpus=self._spec.workers * self._spec.cpus_per_worker,
-                 num_gpus=self._spec.workers * self._spec.gpus_per_worker or None,
-                 object_store_memory=_LOCAL_OBJECT_STORE_BYTES, **options)
-      self._owned = True
-    else:
-      target = auto_address() if address == "auto" else address
-      check_reachable(target, address)
-      try:
-        with process_handlers_kept():
-          ray.init(address=target, **options)
-      except (ConnectionError, RuntimeError) as e:
-        raise UserError(f"runtime.address: cannot connect to the Ray cluster at {target}:"
-                        f" {first_line(e)}") from None
+    spec = self._spec
+    self._reaper = connect(spec.address, "runtime.address",
+                           num_cpus=spec.workers * spec.cpus_per_worker,
+                           num_gpus=spec.workers * spec.gpus_per_worker)
+    self._owned = self._reaper is not None
     self._connected = True
-    self._gcs = ray.get_runtime_context().gcs_address
+    self._gcs = self._ray.get_runtime_context().gcs_address
 
   def _check_fits(self) -> None:
     """UserError when the cluster cannot hold the workers (they would wait forever)."""
@@ -308,6 +290,48 @@ class ClusterProcess(RoundProcess, RoundPhases):
     except ray.exceptions.RayError as e:
       raise RunFailed(f"{during}: lost the ray cluster ({type(e).__name__}:"
                       f" {first_line(e)})") from None
+
+
+def connect(address: str, key: str, num_cpus: float, num_gpus: float = 0.0) -> Reaper | None:
+  """Connects this process to Ray: `address` 'local' starts a private instance
+  of `num_cpus` CPUs and `num_gpus` GPUs that ends with this process; 'auto'
+  or HOST:PORT joins a running cluster.
+
+  Returns:
+    The private instance's Reaper (call `sweep()` after `ray.shutdown()`), or
+    None for a cluster fedsim did not start.
+
+  Raises:
+    UserError: naming `key`: Ray already initialized in this process, a
+      malformed address, or no cluster there.
+  """
+  for name, value in _QUIET_RAY.items():
+    os.environ.setdefault(name, value)  # read at import and by the nodes ray.init starts
+  import ray  # pylint: disable=g-import-not-at-top
+  if ray.is_initialized():  # e.g. a notebook's own ray.init: reuse, never stop it
+    raise UserError(f"{key}: Ray is already initialized in this process;"
+                    " call ray.shutdown() first (fedsim connects by itself)")
+  options = dict(include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+                 configure_logging=True)
+  if address == "local":
+    reaper = Reaper()  # before ray.init: a driver killed during it is swept too
+    try:
+      with reaper.tagged(), process_handlers_kept():
+        ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus or None,
+                 object_store_memory=_LOCAL_OBJECT_STORE_BYTES, **options)
+    except BaseException:
+      reaper.sweep()
+      raise
+    return reaper
+  target = auto_address(key) if address == "auto" else address
+  check_reachable(target, address, key)
+  try:
+    with process_handlers_kept():
+      ray.init(address=target, **options)
+  except (ConnectionError, RuntimeError) as e:
+    raise UserError(f"{key}: cannot connect to the Ray cluster at {target}:"
+                    f" {first_line(e)}") from None
+  return None
 
 
 def _exit_failed() -> None:

@@ -1,0 +1,220 @@
+"""The `ray` executor: each run of a study a Ray task; Ctrl-C and a lost node
+leave every run resumable, and the runs equal their sequential runs bit for bit.
+
+The study is test_interrupted_study's `sgd` variant (3 seeds x 3 rounds); its
+reference is the same study played sequentially in one process.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+import pytest
+
+from fedsim.errors import UserError
+from fedsim.study.executors import ExecutorChoice, choose
+from fedsim.study import on_ray
+from fedsim.study.on_ray import run_resources
+from tests.chaos.processes import MARKER, kill_marked, left_after
+from tests.runtime.test_cluster import RAY, _free_port, _ours, _stop
+from tests.study.test_interrupted_study import (CONFIG, TIMEOUT_S, _assert_equal_studies,
+                                                _ctrl_c_through_uv, _fedsim, _lines, _start)
+
+RUNS = [f"sgd-seed{s}" for s in range(3)]
+
+
+@pytest.mark.parametrize("args, error", [
+    (("threads", 1, None, None), "--executor: unknown executor 'threads'; choose one of:"
+                                 " sequential, processes, ray"),
+    (("ray", 2, None, None), "--jobs: only with --executor processes (the ray executor runs as"
+                             " many runs at once as the cluster's CPUs hold)"),
+    (("sequential", 2, None, None), "--jobs: only with --executor processes (the sequential"
+                                    " executor plays one run at a time)"),
+    ((None, 1, "auto", None), "--ray-address: only with --executor ray"),
+    (("processes", 2, None, 3), "--max-retries: only with --executor ray"),
+    (("ray", 1, "head:port", None), "--ray-address: 'head:port' is not local, auto or HOST:PORT"),
+    (("ray", 1, None, -1), "--max-retries: -1 is not a number of retries (0 or more)"),
+])
+def test_executor_flags_are_checked_in_one_line(args, error):
+  with pytest.raises(UserError) as raised:
+    choose(*args)
+  assert str(raised.value) == error
+
+
+def test_the_executor_chosen_and_its_defaults():
+  assert choose(None, 1) == ExecutorChoice("sequential", 1, "local", 2)
+  assert choose(None, 3) == ExecutorChoice("processes", 3, "local", 2)
+  assert choose("ray", 1, "10.0.0.1:6379", 0) == ExecutorChoice("ray", 1, "10.0.0.1:6379", 0)
+
+
+@pytest.mark.parametrize("runtime, want", [
+    (None, {"num_cpus": 1.0, "num_gpus": 0.0}),
+    ({"name": "inprocess", "device": "gpu"}, {"num_cpus": 1.0, "num_gpus": 1.0}),
+    ({"name": "ray"}, {"num_cpus": 2.0, "num_gpus": 0.0}),  # its 2 actors of 1 CPU
+    ({"name": "ray", "workers": 3, "cpus_per_worker": 2, "gpus_per_worker": 0.5},
+     {"num_cpus": 6.0, "num_gpus": 1.5}),
+    ({"name": "ray", "address": "auto", "workers": 3}, {"num_cpus": 1.0, "num_gpus": 0.0}),
+])
+def test_a_run_asks_ray_for_what_its_config_declares(runtime, want):
+  assert run_resources({"rounds": 3, **({"runtime": runtime} if runtime else {})}) == want
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> pathlib.Path:
+  """The sgd variant's 3 runs, sequential, one process."""
+  tmp = tmp_path_factory.mktemp("reference")
+  (tmp / "proof.yaml").write_text(CONFIG)
+  process = _fedsim(str(tmp / "proof.yaml"), "--variant", "sgd", "--logdir", str(tmp / "runs"))
+  _, err = process.communicate(timeout=TIMEOUT_S)
+  assert process.returncode == 0, err
+  return tmp / "runs" / "proof"
+
+
+def _marked(args: list[str], marker: str) -> subprocess.Popen:
+  os.environ[MARKER] = marker  # inherited by the Ray nodes and the runs' processes
+  try:
+    return _start([sys.executable, "-m", "fedsim.cli", "run", *args, "--no-progress"])
+  finally:
+    del os.environ[MARKER]
+
+
+def _statuses(study: pathlib.Path) -> list[str]:
+  return [(study / run / "status").read_text().split("\n")[0]
+          if (study / run / "status").is_file() else "-" for run in RUNS]
+
+
+@pytest.mark.slow
+def test_ctrl_c_leaves_a_ray_study_resumable_and_nothing_behind_and_it_ends_as_sequential(
+    reference, tmp_path):
+  (tmp_path / "proof.yaml").write_text(CONFIG)
+  study = tmp_path / "runs" / "proof"
+  marker = uuid.uuid4().hex
+  process = _marked([str(tmp_path / "proof.yaml"), "--variant", "sgd", "--logdir",
+                     str(tmp_path / "runs"), "--executor", "ray"], marker)
+  try:
+    deadline = time.monotonic() + TIMEOUT_S
+    while (process.poll() is None and time.monotonic() < deadline
+           and not any(_lines(study / run / "metrics.csv") > 1 for run in RUNS)):
+      time.sleep(0.05)  # until a run logged a round: its task and child are busy
+    assert process.poll() is None, process.communicate()
+    _ctrl_c_through_uv(process)
+    out, err = process.communicate(timeout=60)
+  finally:
+    kill_marked(marker)
+  assert process.returncode == 130, err
+  assert "interrupted again" not in err and "Traceback" not in err, err
+  assert re.findall(r"^started (\S+) ", out, re.M) == RUNS  # all submitted at once
+  assert left_after(marker, 15) == []  # no Ray process, no run's child
+  statuses = _statuses(study)  # stopped, finished in the meantime, or never started
+  assert set(statuses) <= {"interrupted", "completed", "-"} and statuses.count("completed") < 3
+  match = re.fullmatch(r"fedsim: interrupted; resume with: (.*)", err.strip().splitlines()[-1])
+  assert match, err
+  command = shlex.split(match.group(1))
+  assert command[-3:] == ["run", "--resume", str(study)], command
+  resumed = _fedsim("--resume", str(study), "--executor", "ray")
+  _, err = resumed.communicate(timeout=TIMEOUT_S)
+  assert resumed.returncode == 0, err
+  _assert_equal_studies(study, reference, RUNS)
+
+
+@pytest.fixture
+def two_nodes():
+  """'127.0.0.1:PORT' of a head and a second node of one CPU each, and the
+  second node's temp dir."""
+  head_dir, node_dir = (tempfile.mkdtemp(prefix="fsst", dir="/tmp") for _ in range(2))
+  # As fedsim's private instance (fedsim.study.on_ray), with a raylet patient
+  # with slow agents too (it exits when they take over 30 s to start).
+  env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_enable_metrics_collection": "0",
+         "RAY_agent_register_timeout_ms": "300000", **on_ray._PRIVATE_INSTANCE}
+  port = _free_port()
+  common = ["--num-cpus", "1", "--node-ip-address", "127.0.0.1", "--disable-usage-stats"]
+  try:
+    subprocess.run([RAY, "start", "--head", "--port", str(port), "--include-dashboard=false",
+                    "--temp-dir", head_dir, *common], env=env, check=True, capture_output=True,
+                   timeout=180)
+    subprocess.run([RAY, "start", "--address", f"127.0.0.1:{port}", "--temp-dir", node_dir,
+                    *common], env=env, check=True, capture_output=True, timeout=180)
+    yield f"127.0.0.1:{port}", node_dir
+  finally:
+    _stop(node_dir, port)
+    _stop(head_dir, port)
+    for temp_dir in (head_dir, node_dir):
+      shutil.rmtree(temp_dir, ignore_errors=True)
+  assert _ours(head_dir, port) == [] and _ours(node_dir, port) == []
+
+
+def _raylet(address: str) -> int:
+  """The pid of the second node's raylet (the head's says --head; Ray may name
+  the GCS by the machine's address rather than 127.0.0.1)."""
+  port = address.rsplit(":", 1)[1]
+  found = subprocess.run(["pgrep", "-af", f"/raylet/raylet .*--gcs-address=[^ ]*:{port} "],
+                         capture_output=True, text=True).stdout.splitlines()
+  found = [line for line in found if " --head " not in line]
+  assert len(found) == 1, found
+  return int(found[0].split()[0])
+
+
+def _children(pid: int) -> list[int]:
+  found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+  return [int(p) for p in found.split()]
+
+
+def _run_on(raylet: int) -> tuple[list[int], pathlib.Path | None]:
+  """The node's processes under its raylet, and the run directory its task plays."""
+  pids, run_dir = [], None
+  todo = [raylet]
+  while todo:
+    pid = todo.pop()
+    pids.append(pid)
+    todo.extend(_children(pid))
+    try:
+      args = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+      continue
+    if b"--resume" in args:
+      run_dir = pathlib.Path(args[args.index(b"--resume") + 1].decode())
+  return pids, run_dir
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_a_run_whose_node_dies_resumes_on_the_other_and_the_study_equals_sequential(
+    reference, two_nodes, tmp_path):
+  address, node_dir = two_nodes
+  (tmp_path / "proof.yaml").write_text(CONFIG)
+  study = tmp_path / "runs" / "proof"
+  process = _fedsim(str(tmp_path / "proof.yaml"), "--variant", "sgd", "--logdir",
+                    str(tmp_path / "runs"), "--executor", "ray", "--ray-address", address)
+  try:
+    raylet = _raylet(address)
+    deadline = time.monotonic() + TIMEOUT_S
+    while process.poll() is None and time.monotonic() < deadline:
+      pids, run_dir = _run_on(raylet)
+      if run_dir is not None and _lines(run_dir / "metrics.csv") > 1:
+        break  # mid-run, on the node
+      time.sleep(0.05)
+    assert process.poll() is None and run_dir is not None, process.communicate()
+    for pid in pids:  # the node dies: raylet, workers, and the run's child with them
+      try:
+        os.kill(pid, signal.SIGKILL)
+      except ProcessLookupError:
+        pass
+    out, err = process.communicate(timeout=TIMEOUT_S)
+  finally:
+    if process.poll() is None:
+      os.killpg(process.pid, signal.SIGKILL)
+      process.communicate()
+  assert process.returncode == 0, err
+  log = (run_dir / "output.log").read_text()
+  assert re.search(r"^resuming \S+ after round [123] of 3$", log, re.M), log
+  _assert_equal_studies(study, reference, RUNS)
