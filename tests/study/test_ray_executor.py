@@ -26,7 +26,7 @@ from fedsim.study.executors import ExecutorChoice, choose
 from fedsim.study import on_ray
 from fedsim.study.on_ray import run_resources
 from tests.chaos.processes import MARKER, kill_marked, left_after
-from tests.runtime.test_cluster import RAY, _free_port, _ours, _stop
+from tests.ray_cluster import RAY, _free_port, _ours, _stop
 from tests.study.test_interrupted_study import (CONFIG, TIMEOUT_S, _assert_equal_studies,
                                                 _ctrl_c_through_uv, _fedsim, _lines, _start)
 
