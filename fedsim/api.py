@@ -98,7 +98,7 @@ def run(config: ConfigSource, overrides: Sequence[str] = (), logdir: str | os.Pa
       num_classes) -> tf.keras.Model` or an import path 'module:function'
       (the `keras` model entry); `model.initial_weights` still applies.
     callbacks: `fedsim.Callback` objects called after fedsim's own (after
-      each round is logged and its checkpoint taken, after `on_round`), in order,
+      each round is logged and its checkpoint on disk, after `on_round`), in order,
       for every run of the config in turn; one's `after_round` returning
       True ends the run after that round (see `fedsim.Callback`).
 

@@ -52,7 +52,7 @@ def run_rounds(sim: Simulation, run_dir: pathlib.Path, plain_config: dict[str, A
   server update, played by `async_loop.BufferedRounds`. `check_runtime(during)`
   raises RunFailed if the runtime died; it is asked when the run fails, so a
   dead worker is reported as such. `on_round(round, metrics, info)` is called
-  after each round is logged and its checkpoint taken (`info`: a RoundInfo), then
+  after each round is logged and its checkpoint on disk (`info`: a RoundInfo), then
   `user_callbacks` (fedsim.Callback), which may end the run early (see
   `fedsim.experiment.callbacks`).
 
@@ -119,8 +119,10 @@ def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_n
   examples = clients.num_examples()
   setting = round_setting(sim, round_num, history, control_state, sampled, examples)
   wires = setting.wire
-  # Each upload at its client's value; the broadcast is one for all.
-  wire_bits = (wires[sampled[0]].broadcast, {cid: w.aggregate for cid, w in wires.items()})
+  # Each upload at its client's value; the broadcast is one for all (the run's
+  # own when a Poisson round sampled nobody).
+  round_wire = wires[sampled[0]] if sampled else sim.wire
+  wire_bits = (round_wire.broadcast, {cid: w.aggregate for cid, w in wires.items()})
   # A Poisson sample aggregates every client drawn that reports in time.
   cap = len(sampled) if config.sampling == "poisson" else config.clients_per_round
   outcome = simulate_round(
@@ -140,7 +142,7 @@ def _play_round(sim: Simulation, state, states: ClientStateStore | None, round_n
   aggregated = set(outcome.aggregated)
   late = [cid for cid in outcome.uploaded if cid not in aggregated]
   # This round's static sizes: its broadcast, and each upload at its client's value.
-  sizes.per_client = wires[sampled[0]]
+  sizes.per_client = round_wire
   metrics = round_metrics(round_num, measurements, sim.algorithm.aggregation_plan,
                           _outcome_metrics(outcome, simulated_total), seconds=seconds,
                           sizes=sizes, downloads=len(outcome.sampled),

@@ -36,6 +36,7 @@ import time
 from typing import Callable, Iterator, Protocol, Sequence
 
 from fedsim.errors import RunFailed, UserError
+from fedsim.reporting.rundir import read_status
 from fedsim.runtime.cluster.lifetime import TAG as RAY_INSTANCE_TAG
 from fedsim.study.plan import PlannedRun
 from fedsim.study.player import CHILD_LOG, PLAYER_ARGS
@@ -139,7 +140,8 @@ class Processes:
           run, code = player.answer()
           if stopped(code):
             raise KeyboardInterrupt  # by a signal the study did not get: stop the study
-          if player.process.poll() is not None and code != 0:
+          if (player.process.poll() is not None and code != 0
+              and read_status(run.run_dir)[0] != "completed"):  # else it died after the run
             yield Outcome(run, False, error=f"its process (pid {player.process.pid}) died with"
                                             f" exit code {code}; the run can resume from its"
                                             " last checkpoint")

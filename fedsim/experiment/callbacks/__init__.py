@@ -18,10 +18,10 @@
 5. ProgressBar.
 6. Checkpoints: after the logs, so a checkpoint of round R comes with every
    row up to R; taken here, written while the next round runs.
-7. OnRound, then the user's `callbacks=` in the order given: each sees a
+7. OnRound, then the user's `callbacks=` in the order given, after a wait
+   for the round's checkpoint (only when there is user code): each sees a
    round logged (with its evaluation, on evaluation rounds) and its
-   checkpoint taken (on disk before the next round is logged),
-   and may stop the run there (see `callback`); at the end, they see the status
+   checkpoint on disk, and may stop the run there (see `callback`); at the end, they see the status
    still 'running' and every sink open.
 8. FinalModel: the model is exported at the end, before the user's `on_end`.
 """
@@ -62,7 +62,8 @@ def standard_callbacks(progress: bool | None = None,
   checkpoints = Checkpoints()
   callbacks = [ExperimentBoard(), Status(check_runtime), Evaluation(), checkpoints.durable,
                CsvLogs(), TensorBoard(), ProgressBar(progress), checkpoints]
-  if on_round is not None:
-    callbacks.append(UserCallback(OnRound(on_round), name="on_round"))
-  callbacks += [UserCallback(callback) for callback in user]
-  return CallbackList([*callbacks, FinalModel()])
+  users = [UserCallback(OnRound(on_round), name="on_round")] if on_round is not None else []
+  users += [UserCallback(callback) for callback in user]
+  if users:  # the user's code may read the checkpoint: it waits until it is on disk
+    callbacks.append(checkpoints.waiter())
+  return CallbackList([*callbacks, *users, FinalModel()])

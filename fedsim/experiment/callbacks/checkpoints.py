@@ -7,7 +7,9 @@ It runs after the callbacks that log a round: a checkpoint of round R
 promises that metrics.csv holds every round up to R. The checkpoint is taken
 there and written while the next round runs (`checkpoint_writer`); `durable`
 is the callback, placed before the logs, that waits for it: nothing of round
-R+1 is logged before the checkpoint of round R is on disk.
+R+1 is logged before the checkpoint of round R is on disk. The user's code
+(`on_round`, `callbacks=`) runs after another such wait, so it sees each round
+logged and its checkpoint on disk.
 """
 
 from __future__ import annotations
@@ -25,7 +27,11 @@ class Checkpoints(Callback):
   def __init__(self):
     self._saved = None  # the round of this run's newest checkpoint
     self._writer = CheckpointWriter()
-    self.durable = _Durable(self._writer)
+    self.durable = self.waiter()
+
+  def waiter(self) -> Callback:
+    """A callback that waits for the newest checkpoint taken to be on disk."""
+    return _Durable(self._writer)
 
   def after_round(self, run: Run, record: RoundResult) -> None:
     config = run.sim.config

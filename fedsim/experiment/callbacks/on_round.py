@@ -1,4 +1,4 @@
-"""The user's `on_round(round, metrics, info)`, after the round is logged and its checkpoint taken."""
+"""The user's `on_round(round, metrics, info)`, after the round is logged and its checkpoint is on disk."""
 
 from __future__ import annotations
 
