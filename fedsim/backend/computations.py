@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import collections
 import functools
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import attrs
 import numpy as np
@@ -229,6 +229,28 @@ def _binding_names(binding) -> list[str]:
   if kind == "struct":
     return [name for element in binding.struct.element for name in _binding_names(element)]
   raise NotTensorFlow(f"a '{kind}' binding (e.g. a tf.data dataset) is not a tensor")
+
+
+class FormPhases(NamedTuple):
+  """A MapReduceForm's phases as `concrete_function`s, one field per phase."""
+
+  prepare: Any
+  work: Any
+  zero: Any
+  accumulate: Any
+  merge: Any
+  report: Any
+  update: Any
+
+
+def form_phases(form) -> FormPhases:
+  """Every phase of the MapReduceForm `form` as a `concrete_function`.
+
+  Raises:
+    NotTensorFlow: a phase is not plain TensorFlow.
+  """
+  return FormPhases(*(concrete_function(getattr(form, name), name)
+                      for name in FormPhases._fields))
 
 
 def concrete_function(computation: tff.Computation, name: str = "computation"):

@@ -48,7 +48,7 @@ def _is_sequence(data_type) -> bool:
   return len(data_type.y.shape) > 2
 
 
-def _metrics_finalizer(sequence: bool):
+def metrics_finalizer(sequence: bool):
   """Summed client statistics -> loss and accuracy per target, and examples.
 
   Sequence tasks also send their token count: their loss and accuracy are
@@ -66,7 +66,7 @@ def _metrics_finalizer(sequence: bool):
 
 
 def _finalize_sums(sums, sequence: bool) -> collections.OrderedDict:
-  """`_metrics_finalizer`'s rule in TensorFlow, for finalizers that extend it."""
+  """`metrics_finalizer`'s rule in TensorFlow, for finalizers that extend it."""
   total = tf.maximum(sums["num_tokens"] if sequence else sums["num_examples"], 1.0)
   return collections.OrderedDict(
       loss=sums["loss_sum"] / total, accuracy=sums["correct"] / total,
@@ -96,7 +96,17 @@ def build_client_work(weights_type, data_type, client_update: Callable,
     result = tff.learning.templates.ClientResult(update=update, update_weight=update_weight)
     return result, _stats_dict(stats, _is_sequence(data_type))
 
-  finalize = _metrics_finalizer(_is_sequence(data_type))
+  return stateless_client_work(weights_type, data_type, client_fn,
+                               metrics_finalizer(_is_sequence(data_type)),
+                               client_update=client_update, model_delta=model_delta)
+
+
+def stateless_client_work(weights_type, data_type, client_fn: tff.Computation,
+                          finalize: tff.Computation, client_update: Callable | None = None,
+                          model_delta: bool = False) -> ClientWork:
+  """The client-work stage around `client_fn(model_weights, data) -> (ClientResult,
+  statistics)`: clients keep no state, and the server's measurements are
+  `finalize` of the statistics summed over clients."""
 
   @tff.federated_computation()
   def init_fn():
@@ -152,7 +162,7 @@ def build_stateful_client_work(weights_type, data_type, initial_client_state,
 
   state_type = type_of(initial_client_state)
   sequence = _is_sequence(data_type)
-  finalize = _metrics_finalizer(sequence)
+  finalize = metrics_finalizer(sequence)
 
   def one_client(*args):
     update, update_weight, stats, new_state, *contribution = client_update(*args)

@@ -42,7 +42,7 @@ import tensorflow_federated as tff
 
 from fedsim.backend import computations
 from fedsim.backend.mapreduce import map_reduce_form
-from fedsim.learning.client_work import ClientWork, _metrics_finalizer
+from fedsim.learning.client_work import ClientWork, metrics_finalizer, stateless_client_work
 from fedsim.learning.loss import dense_gradient, masked_loss, target_mask
 from fedsim.runtime.contract import RoundProcess
 from fedsim.runtime.devices import select_device
@@ -133,12 +133,7 @@ class LockstepRound(RoundProcess):
   def _build(self, form, replay) -> None:
     init = tff.backends.mapreduce.get_state_initialization_computation(replay.initialize)
     self._init = computations.concrete_function(init, "initialize")
-    prepare = computations.concrete_function(form.prepare, "prepare")
-    work = computations.concrete_function(form.work, "work")
-    zero = computations.concrete_function(form.zero, "zero")
-    accumulate = computations.concrete_function(form.accumulate, "accumulate")
-    report = computations.concrete_function(form.report, "report")
-    update = computations.concrete_function(form.update, "update")
+    prepare, work, zero, accumulate, _, report, update = computations.form_phases(form)
     acc_specs = tuple(computations.tensor_specs(form.zero.type_signature.result))
     state_specs = tuple(computations.tensor_specs(self._state_type))
     input_specs = tuple(computations.tensor_specs(form.prepare.type_signature.result))
@@ -316,23 +311,8 @@ def _passed_on_work(weights_type) -> ClientWork:
                                                  update_weight=trained["weight"])
     return result, trained["stats"]
 
-  finalize = _metrics_finalizer(sequence=False)
-
-  @tff.federated_computation()
-  def init_fn():
-    return tff.federated_value((), tff.SERVER)
-
-  @tff.federated_computation(init_fn.type_signature.result,
-                             tff.FederatedType(weights_type, tff.CLIENTS),
-                             tff.FederatedType(data_type, tff.CLIENTS))
-  def next_fn(state, model_weights, data):
-    result, sums = tff.federated_map(client_fn, (model_weights, data))
-    measurements = tff.federated_map(finalize, tff.federated_sum(sums))
-    return tff.templates.MeasuredProcessOutput(state, result, measurements)
-
-  process = tff.templates.MeasuredProcess(init_fn, next_fn, next_is_multi_arg=True)
-  result_type = client_fn.type_signature.result
-  return ClientWork(process, result_type[1], result_type[0].update_weight, model_delta=True)
+  return stateless_client_work(weights_type, data_type, client_fn,
+                               metrics_finalizer(sequence=False), model_delta=True)
 
 
 def _is_elementwise_sum(accumulate, count: int) -> bool:

@@ -37,13 +37,7 @@ def build_round_graphs(form, state_type, data_leaves: Sequence[Any], kept: Seque
   Raises:
     computations.NotTensorFlow: a phase is not plain TensorFlow.
   """
-  prepare = computations.concrete_function(form.prepare, "prepare")
-  work = computations.concrete_function(form.work, "work")
-  zero = computations.concrete_function(form.zero, "zero")
-  accumulate = computations.concrete_function(form.accumulate, "accumulate")
-  merge = computations.concrete_function(form.merge, "merge")
-  report = computations.concrete_function(form.report, "report")
-  update = computations.concrete_function(form.update, "update")
+  prepare, work, zero, accumulate, merge, report, update = computations.form_phases(form)
   acc_specs = computations.tensor_specs(form.zero.type_signature.result)
   state_specs = tuple(computations.tensor_specs(state_type))
   input_specs = tuple(computations.tensor_specs(form.prepare.type_signature.result))

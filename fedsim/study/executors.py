@@ -140,8 +140,7 @@ class Processes:
           run, code = player.answer()
           if stopped(code):
             raise KeyboardInterrupt  # by a signal the study did not get: stop the study
-          if (player.process.poll() is not None and code != 0
-              and read_status(run.run_dir)[0] != "completed"):  # else it died after the run
+          if player.process.poll() is not None and code != 0 and not completed(run):
             yield Outcome(run, False, error=f"its process (pid {player.process.pid}) died with"
                                             f" exit code {code}; the run can resume from its"
                                             " last checkpoint")
@@ -240,6 +239,12 @@ def _spawn(args: list[str], cpus: frozenset[int] | None, **streams) -> subproces
 def stopped(code: int) -> bool:
   """Whether a child's exit code says it was stopped as Ctrl-C or SIGTERM stop a run."""
   return code in (130, 143, -signal.SIGINT, -signal.SIGTERM)
+
+
+def completed(run: PlannedRun) -> bool:
+  """Whether `run` recorded that it completed: a process or node lost after
+  that (before it could answer) lost nothing of the run."""
+  return read_status(run.run_dir)[0] == "completed"
 
 
 def child_outcome(run: PlannedRun, code: int) -> Outcome:

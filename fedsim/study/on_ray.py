@@ -36,8 +36,8 @@ from fedsim.errors import UserError
 from fedsim.runtime.cluster.address import answers
 from fedsim.runtime.cluster.failures import first_line
 from fedsim.runtime.cluster.process import connect
-from fedsim.study.executors import (Outcome, StudyContext, child_outcome, start_child,
-                                    stop_children, stopped)
+from fedsim.study.executors import (Outcome, StudyContext, child_outcome, completed,
+                                    start_child, stop_children, stopped)
 from fedsim.study.plan import PlannedRun
 
 _PROBE_S = 5.0   # how often a wait checks that the cluster still answers
@@ -153,7 +153,9 @@ class OnRay:
         for ref in ready:
           run, needs, tries = pending.pop(ref)
           outcome, lost = self._outcome(ray, ref, run, tries)
-          if lost and tries <= self._max_retries:
+          if lost and completed(run):  # its node went down after the run completed
+            yield Outcome(run, True)
+          elif lost and tries <= self._max_retries:
             # Ray may place a task on a node it has not yet noticed is dead:
             # start it again once the cluster had time to notice.
             later.append((time.monotonic() + _RETRY_AFTER_S * tries, run, needs, tries + 1))

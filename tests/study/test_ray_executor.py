@@ -22,6 +22,7 @@ import uuid
 import pytest
 
 from fedsim.errors import UserError
+from fedsim.reporting.rundir import read_status
 from fedsim.study.executors import ExecutorChoice, choose
 from fedsim.study import on_ray
 from fedsim.study.on_ray import run_resources
@@ -186,29 +187,48 @@ def _run_on(raylet: int) -> tuple[list[int], pathlib.Path | None]:
   return pids, run_dir
 
 
+def _signal(pids: list[int], sig: int) -> None:
+  for pid in pids:
+    try:
+      os.kill(pid, sig)
+    except ProcessLookupError:
+      pass
+
+
 @pytest.mark.slow
 @pytest.mark.long
 def test_a_run_whose_node_dies_resumes_on_the_other_and_the_study_equals_sequential(
-    reference, two_nodes, tmp_path):
+    two_nodes, tmp_path):
   address, node_dir = two_nodes
-  (tmp_path / "proof.yaml").write_text(CONFIG)
+  # 30 rounds: 3 rounds of these tiny runs can end before the node is caught mid-run.
+  (tmp_path / "proof.yaml").write_text(CONFIG.replace("\nrounds: 3\n", "\nrounds: 30\n"))
+  reference = _fedsim(str(tmp_path / "proof.yaml"), "--variant", "sgd", "--logdir",
+                      str(tmp_path / "reference"))
+  _, err = reference.communicate(timeout=TIMEOUT_S)
+  assert reference.returncode == 0, err
+  reference = tmp_path / "reference" / "proof"
   study = tmp_path / "runs" / "proof"
   process = _fedsim(str(tmp_path / "proof.yaml"), "--variant", "sgd", "--logdir",
                     str(tmp_path / "runs"), "--executor", "ray", "--ray-address", address)
   try:
     raylet = _raylet(address)
     deadline = time.monotonic() + TIMEOUT_S
-    while process.poll() is None and time.monotonic() < deadline:
+    killed, spared = False, set()
+    while process.poll() is None and time.monotonic() < deadline and not killed:
       pids, run_dir = _run_on(raylet)
-      if run_dir is not None and _lines(run_dir / "metrics.csv") > 1:
-        break  # mid-run, on the node
-      time.sleep(0.05)
-    assert process.poll() is None and run_dir is not None, process.communicate()
-    for pid in pids:  # the node dies: raylet, workers, and the run's child with them
-      try:
-        os.kill(pid, signal.SIGKILL)
-      except ProcessLookupError:
-        pass
+      if run_dir is None or run_dir in spared or _lines(run_dir / "metrics.csv") < 2:
+        time.sleep(0.05)
+        continue  # no run on the node mid-run (a round logged) yet
+      # Frozen, the node's run is mid-run for sure or already completed (its 30
+      # rounds logged): the node dies in the first case and is let go in the second.
+      _signal(pids, signal.SIGSTOP)
+      if read_status(run_dir)[0] == "completed" or _lines(run_dir / "metrics.csv") > 30:
+        spared.add(run_dir)
+        _signal(pids, signal.SIGCONT)
+        continue
+      _signal(pids, signal.SIGKILL)  # the node dies: raylet, workers, the run's child
+      killed = True
+    assert killed, (spared, process.communicate())
     out, err = process.communicate(timeout=TIMEOUT_S)
   finally:
     if process.poll() is None:
@@ -216,5 +236,5 @@ def test_a_run_whose_node_dies_resumes_on_the_other_and_the_study_equals_sequent
       process.communicate()
   assert process.returncode == 0, err
   log = (run_dir / "output.log").read_text()
-  assert re.search(r"^resuming \S+ after round [123] of 3$", log, re.M), log
+  assert re.search(r"^resuming \S+ after round \d+ of 30$", log, re.M), log
   _assert_equal_studies(study, reference, RUNS)
