@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import signal
 import socket
 import subprocess
@@ -67,6 +68,7 @@ def ray_cluster():
     yield f"127.0.0.1:{port}", temp_dir
   finally:
     _stop(temp_dir, port)
+    shutil.rmtree(temp_dir, ignore_errors=True)  # Ray's sessions and logs
   assert _ours(temp_dir, port) == []
   workers = subprocess.run(["pgrep", "-f", "ray::(DyingWorker|ClientWorker)"],
                            capture_output=True, text=True).stdout
