@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
+import hashlib
 import types
 from typing import Any
+
+import numpy as np
 
 from fedsim.aggregation import (AGGREGATION_STAGES, BROADCAST_STAGES, PrivacyLedgers,
                                 PrivacyScope, is_compressing, privacy_ledgers)
@@ -21,6 +25,7 @@ from fedsim.experiment.round_clients import RoundClients
 from fedsim.experiment.server_eval import make_evaluator
 from fedsim.learning.buffered import BufferedAlgorithm
 from fedsim.models.functional import TaskModel, build_task_model
+from fedsim.registry import resolve
 from fedsim.runtime.contract import RoundProcess
 from fedsim.runtime.runtime_registry import RuntimeChoice, RuntimeContext, choose_runtime, runtime_of
 from fedsim.sizing import ClientWireBits
@@ -138,8 +143,7 @@ def _task_model(config: ExperimentConfig, data: FederatedData) -> TaskModel:
   try:
     return build_task_model(config.model, data.input_shape, data.num_classes, config.seed,
                             x_dtype=data.test.x.dtype, label_shape=data.test.y.shape[1:],
-                            pad_label=data.pad_label, precision=runtime_of(config.runtime.name).precision(
-                                config.runtime.params))
+                            pad_label=data.pad_label, precision=_precision(config))
   except ValueError as e:
     raise UserError(f"model.name: {e}") from None
 
@@ -187,22 +191,10 @@ def cluster_worker(plain_config: dict[str, Any], device: str, fixed: float | Non
           lambda round_num, ids: RoundClients(pieces, round_num, ids))
 
 
-# Uncompressed sizes by everything they depend on: the variants of an encoder
-# sweep share one, so it is compiled once per process (~1 s of each run's start).
-_UNCOMPRESSED_WIRE: dict[str, ClientWireBits] = {}
-
-
 def _uncompressed_wire_bits(config, model, num_clients: int) -> ClientWireBits:
-  """`_wire_bits` of the algorithm without its encoders, cached by what it depends on:
-  the algorithm, the model and data configs, the model's weight types and every
-  field of the Task but the model object."""
-  task = _task(config, model, compressed=False, num_clients=num_clients)
-  key = repr((config.algorithm, config.model, config.data, model.weights_type,
-              dataclasses.replace(task, model=None)))
-  if key not in _UNCOMPRESSED_WIRE:
-    algorithm = ALGORITHMS.get(config.algorithm.name).build(config.algorithm.params, task)
-    _UNCOMPRESSED_WIRE[key] = _wire_bits(algorithm)
-  return _UNCOMPRESSED_WIRE[key]
+  """`_wire_bits` of the algorithm without its encoders (built once per process
+  for the variants of an encoder sweep: see `_build_algorithm`)."""
+  return _wire_bits(_build_algorithm(config, model, compressed=False, num_clients=num_clients))
 
 
 def _wire_bits(algorithm: FederatedAlgorithm, measured: bool = False) -> ClientWireBits:
@@ -230,12 +222,54 @@ def _compresses(config) -> bool:
           or any(is_compressing(BROADCAST_STAGES, s) for s in config.broadcast_chain()))
 
 
+# Built algorithms by everything a build reads (`_build_key`), so the runs of one
+# configuration in a process (a run and its resume, a study's player, the
+# uncompressed reference of an encoder sweep's variants, a notebook run again)
+# build, compile to a MapReduceForm and compile the round once: together seconds
+# per run, where the rounds of a small run take less. The compiled forms and
+# rounds are cached by process object (fedsim.backend.mapreduce,
+# fedsim.runtime.builtin), so they follow. The newest few are kept: each holds
+# its compiled graphs.
+_BUILT: collections.OrderedDict = collections.OrderedDict()
+_BUILT_KEEP = 8
+
+
 def _build_algorithm(config, model, compressed: bool = True, num_clients: int = 0,
                      fixed: tuple[Controlled, float] | None = None) -> FederatedAlgorithm:
   """The configured algorithm; with `compressed` False, its chains lose their encoders;
   `fixed`: (the controlled parameter, its value for this build)."""
   task = _task(config, model, compressed, num_clients, fixed)
-  return ALGORITHMS.get(config.algorithm.name).build(config.algorithm.params, task)
+  entry = ALGORITHMS.get(config.algorithm.name)
+  key = _build_key(config, model, task, entry)
+  if key in _BUILT:
+    _BUILT.move_to_end(key)
+    return _BUILT[key][1]
+  built = entry.build(config.algorithm.params, task)
+  _BUILT[key] = (entry, built)  # the entry kept alive: its id in the key stays its own
+  while len(_BUILT) > _BUILT_KEEP:
+    _BUILT.popitem(last=False)
+  return built
+
+
+def _build_key(config, model: TaskModel, task: Task, entry) -> tuple:
+  """What an algorithm's build reads: its registry entry and parameters, and the
+  task (every field but the model, and of the model what its functions are made
+  of: the model's config and builder, its precision, its types and its initial
+  weights' values)."""
+  builder = getattr(config.model.params, "builder", None)
+  code = id(resolve(builder, key="model")) if isinstance(builder, str) and builder else None
+  digest = hashlib.sha256()
+  for array in (*model.initial_weights.trainable, *model.initial_weights.non_trainable):
+    array = np.ascontiguousarray(array)
+    digest.update(f"{array.dtype}{array.shape}".encode())
+    digest.update(array.data)
+  return (id(entry), repr(config.algorithm), repr(config.model), code, _precision(config),
+          repr(model.weights_type), model.input_shape, model.num_classes,
+          np.dtype(model.x_dtype).str, model.label_shape, model.pad_label, digest.hexdigest(), repr(dataclasses.replace(task, model=None)))
+
+
+def _precision(config: ExperimentConfig) -> str:
+  return runtime_of(config.runtime.name).precision(config.runtime.params)
 
 
 def _task(config, model, compressed: bool, num_clients: int,

@@ -1,7 +1,12 @@
-"""The uncompressed reference size is compiled once for all encoders of a sweep."""
+"""A configuration's algorithm is built once per process: the runs of one config
+share it, and the uncompressed reference size is compiled once for all encoders
+of a sweep."""
 
 from __future__ import annotations
 
+import collections
+
+import numpy as np
 import pytest
 
 from fedsim.experiment import simulation
@@ -31,17 +36,45 @@ def test_encoders_share_one_uncompressed_size_and_other_models_do_not(monkeypatc
     return real(algorithm, measured)
 
   monkeypatch.setattr(simulation, "_wire_bits", counting)
-  monkeypatch.setattr(simulation, "_UNCOMPRESSED_WIRE", {})
+  monkeypatch.setattr(simulation, "_BUILT", collections.OrderedDict())
   sims = [simulation.build_simulation(_config(
       compression={"aggregation": {"encoder": "uniform", "bits": bits, "min_elements": 1}}))
           for bits in (8, 4)]
-  # Each run sizes its own compressed process; the uncompressed one is sized once.
-  assert len(compiled) == 3
+  # Each run sizes its own compressed process; the uncompressed one is built once.
+  assert _distinct(compiled) == 3
   assert sims[0].uncompressed_wire == sims[1].uncompressed_wire
   assert sims[0].uncompressed_wire.aggregate_model == MODEL_BITS
   assert sims[0].wire.aggregate_model < MODEL_BITS
   wider = simulation.build_simulation(_config(
       model={"name": "mlp", "hidden": [8]},
       compression={"aggregation": {"encoder": "uniform", "bits": 8, "min_elements": 1}}))
-  assert len(compiled) == 5
+  assert _distinct(compiled) == 5
   assert wider.uncompressed_wire.aggregate_model == (64 * 8 + 8 + 8 * 10 + 10) * 32
+
+
+def _distinct(objects) -> int:
+  return len({id(o) for o in objects})
+
+
+@pytest.mark.slow
+def test_a_config_built_again_reuses_its_algorithm_and_only_its_own(monkeypatch, tmp_path):
+  monkeypatch.setattr(simulation, "_BUILT", collections.OrderedDict())
+  first = simulation.build_simulation(_config())
+  again = simulation.build_simulation(_config(rounds=5, name="other"))
+  assert again.algorithm is first.algorithm and again.round_process is first.round_process
+  for changed in (_config(seed=1), _config(clients_per_round=3),
+                  _config(algorithm={"name": "fedavg", "client_optimizer": {
+                      "name": "sgd", "learning_rate": 0.5}})):
+    assert simulation.build_simulation(changed).algorithm is not first.algorithm
+  # Initial weights from a file: its values are part of the key, not its name.
+  weights = tmp_path / "init.npz"
+  names = first.model.weight_names
+  shapes = [w.shape for w in first.model.initial_weights.trainable]
+  np.savez(weights, **{n: np.zeros(s, np.float32) for n, s in zip(names, shapes)})
+  model = {"name": "logistic", "initial_weights": str(weights)}
+  from_file = simulation.build_simulation(_config(model=model))
+  np.savez(weights, **{n: np.ones(s, np.float32) for n, s in zip(names, shapes)})
+  rewritten = simulation.build_simulation(_config(model=model))
+  assert rewritten.algorithm is not from_file.algorithm
+  assert simulation.build_simulation(_config(model=model)).algorithm is rewritten.algorithm
+  assert len(simulation._BUILT) <= simulation._BUILT_KEEP
