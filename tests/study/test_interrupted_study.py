@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 from fedsim.reporting.rundir import read_status
+from fedsim.state.checkpoint import intact_checkpoints
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CONFIG = """
@@ -46,6 +47,13 @@ variants:
   prox: {algorithm: {name: fedprox, mu: 0.1}}
 """
 RUNS = [f"{v}-seed{s}" for v in ("sgd", "slow", "uniform8", "prox") for s in range(3)]
+# The default run's study: 2 variants x 2 seeds, every moment and path of the
+# full one (a variant that compresses, a run after a run, two runs at once).
+SMALL = (CONFIG.replace("seeds: [0, 1, 2]", "seeds: [0, 1]")
+         .replace("  slow: {algorithm: {name: fedavg, client_optimizer: {name: sgd, learning_rate:"
+                  " 0.02}}}\n", "")
+         .replace("  prox: {algorithm: {name: fedprox, mu: 0.1}}\n", ""))
+SMALL_RUNS = [f"{v}-seed{s}" for v in ("sgd", "uniform8") for s in range(2)]
 WALL_CLOCK = ("round_seconds",)
 TIMEOUT_S = 900
 
@@ -74,24 +82,24 @@ def _lines(path: pathlib.Path) -> int:
     return 0
 
 
-def _progress(study: pathlib.Path) -> tuple[int, int]:
+def _progress(study: pathlib.Path, runs: list[str]) -> tuple[int, int]:
   """(rows in all metrics.csv files, runs completed)."""
-  rows = sum(_lines(study / run / "metrics.csv") for run in RUNS)
+  rows = sum(_lines(study / run / "metrics.csv") for run in runs)
   done = sum((study / run / "status").is_file()
-             and (study / run / "status").read_text().startswith("completed") for run in RUNS)
+             and (study / run / "status").read_text().startswith("completed") for run in runs)
   return rows, done
 
 
-def _wait_for_moment(process: subprocess.Popen, study: pathlib.Path, kind: str,
-                     rng: random.Random) -> bool:
+def _wait_for_moment(process: subprocess.Popen, study: pathlib.Path, runs: list[str],
+                     kind: str, rng: random.Random) -> bool:
   """Waits for a moment of `kind`; False if the process ended first."""
   deadline = time.monotonic() + TIMEOUT_S
   if kind == "start-up":
     time.sleep(rng.uniform(0.5, 4.0))
     return process.poll() is None
-  rows, done = _progress(study)
+  rows, done = _progress(study, runs)
   while time.monotonic() < deadline and process.poll() is None:
-    now_rows, now_done = _progress(study)
+    now_rows, now_done = _progress(study, runs)
     if (kind == "mid-run" and now_rows > rows) or (kind == "between runs" and now_done > done):
       time.sleep(rng.uniform(0.0, 0.3))
       return process.poll() is None
@@ -105,9 +113,10 @@ def _ctrl_c_through_uv(process: subprocess.Popen) -> None:
   os.killpg(process.pid, signal.SIGINT)
 
 
-def _interrupted_study(tmp_path: pathlib.Path, moments: list[str], seed: int) -> pathlib.Path:
+def _interrupted_study(tmp_path: pathlib.Path, moments: list[str], seed: int,
+                       text: str = CONFIG, runs: list[str] = RUNS) -> pathlib.Path:
   config = tmp_path / "proof.yaml"
-  config.write_text(CONFIG)
+  config.write_text(text)
   study = tmp_path / "runs" / "proof"
   rng = random.Random(seed)
   command = [sys.executable, "-m", "fedsim.cli", "run", str(config), "--logdir",
@@ -119,7 +128,7 @@ def _interrupted_study(tmp_path: pathlib.Path, moments: list[str], seed: int) ->
       if kind == "start-up" and not study.is_dir():  # the plan first: it names the study
         while not (study / "study.yaml").is_file() and process.poll() is None:
           time.sleep(0.02)
-      if not _wait_for_moment(process, study, kind, rng):  # it finished before this moment
+      if not _wait_for_moment(process, study, runs, kind, rng):  # it finished before this moment
         out, err = process.communicate(timeout=60)
         assert process.returncode == 0, err
         break
@@ -161,21 +170,31 @@ def _assert_equal_studies(got: pathlib.Path, want: pathlib.Path, runs=RUNS) -> N
         np.testing.assert_array_equal(a[x], b[y])
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> pathlib.Path:
-  """The uninterrupted study, one process, sequential."""
-  tmp = tmp_path_factory.mktemp("reference")
-  (tmp / "proof.yaml").write_text(CONFIG)
+def _reference(tmp: pathlib.Path, text: str) -> pathlib.Path:
+  """The uninterrupted study of `text`, one process, sequential."""
+  (tmp / "proof.yaml").write_text(text)
   process = _fedsim(str(tmp / "proof.yaml"), "--logdir", str(tmp / "runs"))
   out, err = process.communicate(timeout=TIMEOUT_S)
   assert process.returncode == 0, err
   return tmp / "runs" / "proof"
 
 
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> pathlib.Path:
+  return _reference(tmp_path_factory.mktemp("reference"), CONFIG)
+
+
+@pytest.fixture(scope="module")
+def small_reference(tmp_path_factory) -> pathlib.Path:
+  return _reference(tmp_path_factory.mktemp("small_reference"), SMALL)
+
+
 @pytest.mark.slow
-def test_a_study_interrupted_at_three_moments_equals_the_uninterrupted_one(reference, tmp_path):
-  study = _interrupted_study(tmp_path, ["start-up", "mid-run", "between runs"], seed=0)
-  _assert_equal_studies(study, reference)
+def test_a_study_interrupted_at_three_moments_equals_the_uninterrupted_one(
+    small_reference, tmp_path):
+  study = _interrupted_study(tmp_path, ["start-up", "mid-run", "between runs"], seed=0,
+                             text=SMALL, runs=SMALL_RUNS)
+  _assert_equal_studies(study, small_reference, SMALL_RUNS)
 
 
 @pytest.mark.long
@@ -188,10 +207,13 @@ def test_a_study_interrupted_at_ten_random_moments_equals_the_uninterrupted_one(
   _assert_equal_studies(study, reference)
 
 
+# `-m long`: the default run's killed-player test plays a study on two jobs and
+# checks it against the sequential one.
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("variant", [
     "sgd",  # 3 runs: two at once, then the third
-    pytest.param(None, marks=pytest.mark.long)])  # all 12
+    None])  # all 12
 def test_two_jobs_give_the_sequential_study(reference, tmp_path, variant):
   (tmp_path / "proof.yaml").write_text(CONFIG)
   chosen = ["--variant", variant] if variant else []
@@ -204,46 +226,50 @@ def test_two_jobs_give_the_sequential_study(reference, tmp_path, variant):
   _assert_equal_studies(tmp_path / "runs" / "proof", reference, runs)
 
 
-def _player_of(run_dir: pathlib.Path, study_pid: int) -> int | None:
-  """The pid of the study's player process playing `run_dir` (its --resume child's
-  log is open there: the player is the process whose fd 1 is that output.log)."""
+def _players(study_pid: int) -> list[int]:
+  """The study's player processes (its children; they live as long as it does)."""
   found = subprocess.run(["pgrep", "-P", str(study_pid)], capture_output=True, text=True).stdout
-  for pid in map(int, found.split()):
-    try:
-      if os.readlink(f"/proc/{pid}/fd/1") == str(run_dir / "output.log"):
-        return pid
-    except OSError:
-      continue
-  return None
+  return [int(pid) for pid in found.split()]
+
+
+def _playing(pid: int) -> pathlib.Path | None:
+  """The run directory a player plays now (its fd 1 is that run's output.log)."""
+  try:
+    return pathlib.Path(os.readlink(f"/proc/{pid}/fd/1")).parent
+  except OSError:
+    return None
 
 
 @pytest.mark.slow
-def test_two_jobs_go_on_when_a_player_is_killed_and_its_run_resumes(reference, tmp_path):
-  (tmp_path / "proof.yaml").write_text(CONFIG)
+def test_two_jobs_go_on_when_a_player_is_killed_and_its_run_resumes(small_reference, tmp_path):
+  (tmp_path / "proof.yaml").write_text(SMALL)
   study = tmp_path / "runs" / "proof"
+  runs = [run for run in SMALL_RUNS if run.startswith("sgd-")]
   process = _fedsim(str(tmp_path / "proof.yaml"), "--logdir", str(tmp_path / "runs"),
                     "--jobs", "2", "--variant", "sgd")
   try:
     deadline = time.monotonic() + TIMEOUT_S
-    victim, spared = None, set()
+    victim, spared, players = None, set(), []
     while process.poll() is None and time.monotonic() < deadline and victim is None:
-      for run in RUNS[:3]:
-        if run in spared or _lines(study / run / "metrics.csv") < 2:
+      players = players if len(players) == 2 else _players(process.pid)
+      for pid in players:
+        run_dir = _playing(pid)
+        if (run_dir is None or run_dir.name not in runs or run_dir in spared
+            or _lines(run_dir / "metrics.csv") < 2):
           continue  # not yet mid-run: no round logged
-        pid = _player_of(study / run, process.pid)
-        if pid is None:
-          continue
         # Frozen, its run is mid-run for sure or already completed (3 short rounds):
-        # killed in the first case, let go in the second.
+        # killed in the first case (once a checkpoint is on disk: the background
+        # writer may still be writing round 1's), let go in the second.
         os.kill(pid, signal.SIGSTOP)
-        if read_status(study / run)[0] == "completed" or _lines(study / run / "metrics.csv") > 3:
-          spared.add(run)
+        if read_status(run_dir)[0] == "completed" or _lines(run_dir / "metrics.csv") > 3:
+          spared.add(run_dir)
+        if run_dir in spared or intact_checkpoints(run_dir)[0] is None:
           os.kill(pid, signal.SIGCONT)
           continue
         os.kill(pid, signal.SIGKILL)
-        victim = (run, pid)
+        victim = (run_dir.name, pid)
         break
-      time.sleep(0.02)
+      time.sleep(0.001)
     assert victim is not None, (spared, process.communicate())
     out, err = process.communicate(timeout=TIMEOUT_S)
   finally:
@@ -255,10 +281,10 @@ def test_two_jobs_go_on_when_a_player_is_killed_and_its_run_resumes(reference, t
   assert f"fedsim: run failed: {run}: its process (pid {victim[1]}) died with exit code -9" in err
   assert err.strip().splitlines()[-1].endswith(f"fedsim.cli run --resume {study}"), err
   assert read_status(study / run)[0] == "killed"  # its writer is gone: resumable
-  others = [r for r in RUNS[:3] if r != run]
-  assert [(study / r / "status").read_text().split("\n")[0] for r in others] == ["completed"] * 2
+  others = [r for r in runs if r != run]
+  assert [(study / r / "status").read_text().split("\n")[0] for r in others] == ["completed"]
   resumed = _fedsim("--resume", str(study), "--jobs", "2")
   _, err = resumed.communicate(timeout=TIMEOUT_S)
   assert resumed.returncode == 0, err
   assert "resuming" in (study / run / "output.log").read_text()
-  _assert_equal_studies(study, reference, RUNS[:3])
+  _assert_equal_studies(study, small_reference, runs)
