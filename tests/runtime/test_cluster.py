@@ -59,7 +59,10 @@ def _assert_close(got, want, exact: bool) -> None:
       np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
 
 
+# `-m long`: the error-feedback run below makes the same comparison (its clients
+# keep state as well) and checks the sizes, example counts and disconnection too.
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_run_on_the_cluster_equals_inprocess(ray_cluster, tmp_path):
   """fedsim.run on the cluster (FedAvg, no compression) against the rounds the
   loop plays (every sampled client aggregated) on `inprocess`."""
@@ -110,11 +113,15 @@ def test_clients_that_keep_state_on_the_cluster_equal_inprocess(ray_cluster, tmp
     np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
   for a, b in zip(want.metrics, got.metrics, strict=True):
     np.testing.assert_allclose(b["train/loss"], a["train/loss"], rtol=1e-6)
+    assert b["train/num_examples"] == a["train/num_examples"]
   states = sorted(p.name for p in (got.run_dir / "client_states").iterdir())
   assert states == sorted(p.name for p in (want.run_dir / "client_states").iterdir())
   assert len(states) >= 4  # 4 of 6 clients a round for 3 rounds
+  assert got.size_info.per_client == want.size_info.per_client
   if variant == "ef":
     assert any(m["error_feedback/residual_norm"] > 0 for m in got.metrics)
+  import ray
+  assert not ray.is_initialized()  # the run disconnected (and killed its actors)
 
 
 @pytest.mark.slow
@@ -143,12 +150,14 @@ def test_a_controlled_run_with_per_client_bits_on_the_cluster_equals_inprocess(
   round: each value's round is built by the actors on first use, and the
   groups merge on the driver as on `inprocess`."""
   address, _ = ray_cluster
-  config = {**CONFIG, "rounds": 3, "system": {
+  # 2 rounds, at most 4 bits: the clients get 1 and 4 bits in round 1, all 4 in
+  # round 2 (each value a round the actors build).
+  config = {**CONFIG, "rounds": 2, "system": {
       "seconds_per_example": 0.001, "deadline_seconds": 0.45,
       "profiles": {"up_bps": {"median": 3e4, "sigma": 1.0}}},
             "aggregation": [{"name": "encode", "encoder": "uniform", "min_elements": 100,
                              "rounding": "deterministic",
-                             "bits": {"controller": "link_budget", "initial": 2, "max": 8}}]}
+                             "bits": {"controller": "link_budget", "initial": 2, "max": 4}}]}
   want = fedsim.run(config, logdir=tmp_path / "inprocess", progress=False)
   got = fedsim.run({**config, "runtime": {"name": "ray", "address": address, "workers": 2,
                                           "device": "cpu"}},

@@ -184,8 +184,10 @@ END_MODES = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("end", [
-    # A clean end and Ctrl-C are what the run tests end with anyway: `-m long` only.
-    pytest.param(end, marks=pytest.mark.long if end in ("normal", "keyboard_interrupt") else ())
+    # A clean end and Ctrl-C are what the run tests end with anyway, and an
+    # exception or SIGTERM ends the parent through the same clean-up: `-m long`
+    # only. SIGKILL leaves the worker to notice its parent is gone.
+    pytest.param(end, marks=pytest.mark.long if end != "sigkill" else ())
     for end in END_MODES])
 def test_worker_is_gone_after_parent_ends(end, tmp_path):
   mode, send, status = END_MODES[end]
