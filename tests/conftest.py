@@ -82,16 +82,24 @@ def pytest_collection_modifyitems(config, items):
   """Leaves out `long` tests unless a -m expression is given (`-m long` runs them,
   `-m "long or not long"` everything), and groups the tests for xdist's
   `loadgroup`: a module's tests go to one worker (they share its module
-  fixtures), the Ray modules all to one."""
+  fixtures), the Ray modules all to one. Groups are handed out in the order
+  they come (`--no-loadscope-reorder`), so the longest go first: the Ray group
+  (minutes, on one worker), then by their end-to-end (`slow`) tests, so a long
+  group never starts last while the other workers idle."""
   for item in items:
     module = item.nodeid.split("::", 1)[0]
     item.add_marker(pytest.mark.xdist_group("ray" if module in RAY_MODULES else module))
-  if config.option.markexpr:
-    return
-  kept = [item for item in items if item.get_closest_marker("long") is None]
-  if len(kept) != len(items):
-    config.hook.pytest_deselected(items=[i for i in items if i not in kept])
-    items[:] = kept
+  if not config.option.markexpr:
+    kept = [item for item in items if item.get_closest_marker("long") is None]
+    if len(kept) != len(items):
+      config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+      items[:] = kept
+  cost: dict[str, float] = {}
+  for item in items:
+    group = item.get_closest_marker("xdist_group").args[0]
+    cost[group] = cost.get(group, 0.0) + (10.0 if item.get_closest_marker("slow") else 0.5)
+  cost["ray"] = float("inf")
+  items.sort(key=lambda item: -cost[item.get_closest_marker("xdist_group").args[0]])
 
 
 def pytest_sessionfinish(session, exitstatus):
