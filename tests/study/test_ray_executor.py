@@ -128,56 +128,85 @@ def test_ctrl_c_leaves_a_ray_study_resumable_and_nothing_behind_and_it_ends_as_s
   _assert_equal_studies(study, reference, RUNS)
 
 
+NODE_IP = "127.0.0.2"  # the second node's own loopback address
+ROUNDS = 60  # of the two-node study's runs
+
+
 @pytest.fixture
 def two_nodes():
-  """'127.0.0.1:PORT' of a head and a second node of one CPU each, and the
-  second node's temp dir."""
-  head_dir, node_dir = (tempfile.mkdtemp(prefix="fsst", dir="/tmp") for _ in range(2))
+  """'127.0.0.1:PORT' of a head and a second node (at NODE_IP) of one CPU each,
+  the head the node a driver started afterwards attaches to."""
+  temp_dir = tempfile.mkdtemp(prefix="fsst", dir="/tmp")
   # As fedsim's private instance (fedsim.study.on_ray), with a raylet patient
   # with slow agents too (it exits when they take over 30 s to start).
   env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_enable_metrics_collection": "0",
          "RAY_agent_register_timeout_ms": "300000", **on_ray._PRIVATE_INSTANCE}
   port = _free_port()
-  common = ["--num-cpus", "1", "--node-ip-address", "127.0.0.1", "--disable-usage-stats"]
+  common = ["--num-cpus", "1", "--disable-usage-stats"]
   try:
     subprocess.run([RAY, "start", "--head", "--port", str(port), "--include-dashboard=false",
-                    "--temp-dir", head_dir, *common], env=env, check=True, capture_output=True,
-                   timeout=180)
-    subprocess.run([RAY, "start", "--address", f"127.0.0.1:{port}", "--temp-dir", node_dir,
-                    *common], env=env, check=True, capture_output=True, timeout=180)
-    yield f"127.0.0.1:{port}", node_dir
+                    "--temp-dir", temp_dir, "--node-ip-address", "127.0.0.1", *common],
+                   env=env, check=True, capture_output=True, timeout=180)
+    # Ray takes 127.0.0.1 for the machine's address, and a second node on the
+    # same address would be as likely as the head to get the driver.
+    address_file = pathlib.Path(temp_dir, "session_latest", "node_ip_address.json")
+    head_address = address_file.read_text()
+    subprocess.run([RAY, "start", "--address", f"127.0.0.1:{port}", "--node-ip-address",
+                    NODE_IP, *common], env=env, check=True, capture_output=True, timeout=180)
+    # Nodes on one machine share the head's session directory, where each
+    # node started writes its address and a driver reads the one it attaches
+    # to: on two machines each node has its own, and the study's driver sits
+    # on the head's machine.
+    assert NODE_IP in address_file.read_text()
+    address_file.write_text(head_address)
+    yield f"127.0.0.1:{port}"
   finally:
-    _stop(node_dir, port)
-    _stop(head_dir, port)
-    for temp_dir in (head_dir, node_dir):
-      shutil.rmtree(temp_dir, ignore_errors=True)
-  assert _ours(head_dir, port) == [] and _ours(node_dir, port) == []
+    _stop(temp_dir, port)  # both nodes: the second one's processes name the same dir
+    shutil.rmtree(temp_dir, ignore_errors=True)
+  assert _ours(temp_dir, port) == []
 
 
 def _raylet(address: str) -> int:
-  """The pid of the second node's raylet (the head's says --head; Ray may name
-  the GCS by the machine's address rather than 127.0.0.1)."""
+  """The pid of the second node's raylet."""
   port = address.rsplit(":", 1)[1]
-  found = subprocess.run(["pgrep", "-af", f"/raylet/raylet .*--gcs-address=[^ ]*:{port} "],
+  found = subprocess.run(["pgrep", "-af", f"/raylet/raylet .*--node_ip_address={NODE_IP} "],
                          capture_output=True, text=True).stdout.splitlines()
-  found = [line for line in found if " --head " not in line]
+  found = [line for line in found if re.search(f"--gcs-address=[^ ]*:{port} ", line)]
   assert len(found) == 1, found
   return int(found[0].split()[0])
 
 
-def _children(pid: int) -> list[int]:
-  found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
-  return [int(p) for p in found.split()]
+def _driver_address(address: str, pid: int) -> str | None:
+  """The node address of the Ray driver whose process is `pid` (None: not connected)."""
+  from ray._private.state import GlobalState  # pylint: disable=g-import-not-at-top
+  from ray._raylet import GcsClientOptions  # pylint: disable=g-import-not-at-top
+  state = GlobalState()
+  state._initialize_global_state(GcsClientOptions.create(
+      address, None, allow_cluster_id_nil=True, fetch_cluster_id_if_nil=False))
+  try:
+    return next((job["DriverIPAddress"] for job in state.job_table()
+                 if job["DriverPid"] == pid and not job["IsDead"]), None)
+  finally:
+    state.disconnect()
 
 
 def _run_on(raylet: int) -> tuple[list[int], pathlib.Path | None]:
-  """The node's processes under its raylet, and the run directory its task plays."""
+  """The node's processes (its raylet and every descendant), and the run
+  directory its task plays (one pass over /proc: the run can end while
+  the test looks)."""
+  parents: dict[int, list[int]] = {}
+  for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+    try:
+      fields = stat.read_text().rsplit(")", 1)[1].split()
+    except OSError:
+      continue
+    parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
   pids, run_dir = [], None
   todo = [raylet]
   while todo:
     pid = todo.pop()
     pids.append(pid)
-    todo.extend(_children(pid))
+    todo.extend(parents.get(pid, []))
     try:
       args = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
@@ -199,9 +228,9 @@ def _signal(pids: list[int], sig: int) -> None:
 @pytest.mark.long
 def test_a_run_whose_node_dies_resumes_on_the_other_and_the_study_equals_sequential(
     two_nodes, tmp_path):
-  address, node_dir = two_nodes
-  # 30 rounds: 3 rounds of these tiny runs can end before the node is caught mid-run.
-  (tmp_path / "proof.yaml").write_text(CONFIG.replace("\nrounds: 3\n", "\nrounds: 30\n"))
+  address = two_nodes
+  # ROUNDS: 3 rounds of these tiny runs can end before the node is caught mid-run.
+  (tmp_path / "proof.yaml").write_text(CONFIG.replace("\nrounds: 3\n", f"\nrounds: {ROUNDS}\n"))
   reference = _fedsim(str(tmp_path / "proof.yaml"), "--variant", "sgd", "--logdir",
                       str(tmp_path / "reference"))
   _, err = reference.communicate(timeout=TIMEOUT_S)
@@ -213,16 +242,24 @@ def test_a_run_whose_node_dies_resumes_on_the_other_and_the_study_equals_sequent
   try:
     raylet = _raylet(address)
     deadline = time.monotonic() + TIMEOUT_S
+    driver = None
+    while driver is None and process.poll() is None and time.monotonic() < deadline:
+      time.sleep(0.5)
+      driver = _driver_address(address, process.pid)
+    # The study's driver on the head, as on a real cluster: the node's death
+    # below leaves the study running.
+    assert driver not in (None, NODE_IP), (driver, process.poll())
     killed, spared = False, set()
     while process.poll() is None and time.monotonic() < deadline and not killed:
       pids, run_dir = _run_on(raylet)
-      if run_dir is None or run_dir in spared or _lines(run_dir / "metrics.csv") < 2:
+      if (run_dir is None or run_dir in spared
+          or not any((run_dir / "checkpoints").glob("round_*"))):
         time.sleep(0.05)
-        continue  # no run on the node mid-run (a round logged) yet
-      # Frozen, the node's run is mid-run for sure or already completed (its 30
+        continue  # no run on the node with a checkpoint to resume from yet
+      # Frozen, the node's run is mid-run for sure or already completed (all its
       # rounds logged): the node dies in the first case and is let go in the second.
       _signal(pids, signal.SIGSTOP)
-      if read_status(run_dir)[0] == "completed" or _lines(run_dir / "metrics.csv") > 30:
+      if read_status(run_dir)[0] == "completed" or _lines(run_dir / "metrics.csv") > ROUNDS:
         spared.add(run_dir)
         _signal(pids, signal.SIGCONT)
         continue
@@ -236,5 +273,5 @@ def test_a_run_whose_node_dies_resumes_on_the_other_and_the_study_equals_sequent
       process.communicate()
   assert process.returncode == 0, err
   log = (run_dir / "output.log").read_text()
-  assert re.search(r"^resuming \S+ after round \d+ of 30$", log, re.M), log
-  _assert_equal_studies(study, reference, RUNS)
+  assert re.search(rf"^resuming \S+ after round \d+ of {ROUNDS}$", log, re.M), log
+  _assert_equal_studies(study, reference, RUNS, rounds=ROUNDS)
