@@ -22,6 +22,7 @@ import uuid
 import pytest
 
 from fedsim.errors import UserError
+from fedsim.reporting.ownership import wait_released
 from fedsim.reporting.rundir import read_status
 from fedsim.study.executors import ExecutorChoice, choose
 from fedsim.study import on_ray
@@ -89,6 +90,11 @@ def _marked(args: list[str], marker: str) -> subprocess.Popen:
     del os.environ[MARKER]
 
 
+def _assert_only_fedsims(stderr: str) -> None:
+  """Every line of `stderr` is fedsim's (none of Ray's own)."""
+  assert all(line.startswith("fedsim: ") for line in stderr.splitlines()), stderr
+
+
 def _statuses(study: pathlib.Path) -> list[str]:
   return [(study / run / "status").read_text().split("\n")[0]
           if (study / run / "status").is_file() else "-" for run in RUNS]
@@ -110,10 +116,13 @@ def test_ctrl_c_leaves_a_ray_study_resumable_and_nothing_behind_and_it_ends_as_s
     assert process.poll() is None, process.communicate()
     _ctrl_c_through_uv(process)
     out, err = process.communicate(timeout=60)
+    # Every run's process has ended with the study: a resume may start at once.
+    assert wait_released([study / run for run in RUNS], 0) == []
   finally:
     kill_marked(marker)
   assert process.returncode == 130, err
   assert "interrupted again" not in err and "Traceback" not in err, err
+  _assert_only_fedsims(err)
   assert re.findall(r"^started (\S+) ", out, re.M) == RUNS  # all submitted at once
   assert left_after(marker, 15) == []  # no Ray process, no run's child
   statuses = _statuses(study)  # stopped, finished in the meantime, or never started
@@ -132,10 +141,10 @@ NODE_IP = "127.0.0.2"  # the second node's own loopback address
 ROUNDS = 60  # of the two-node study's runs
 
 
-@pytest.fixture
-def two_nodes():
-  """'127.0.0.1:PORT' of a head and a second node (at NODE_IP) of one CPU each,
-  the head the node a driver started afterwards attaches to."""
+@pytest.fixture(params=["head", "node"])
+def two_nodes(request):
+  """('127.0.0.1:PORT' of a head and a second node (at NODE_IP) of one CPU
+  each, the node a driver started afterwards attaches to: 'head' or 'node')."""
   temp_dir = tempfile.mkdtemp(prefix="fsst", dir="/tmp")
   # As fedsim's private instance (fedsim.study.on_ray), with a raylet patient
   # with slow agents too (it exits when they take over 30 s to start).
@@ -158,8 +167,9 @@ def two_nodes():
     # to: on two machines each node has its own, and the study's driver sits
     # on the head's machine.
     assert NODE_IP in address_file.read_text()
-    address_file.write_text(head_address)
-    yield f"127.0.0.1:{port}"
+    if request.param == "head":
+      address_file.write_text(head_address)
+    yield f"127.0.0.1:{port}", request.param
   finally:
     _stop(temp_dir, port)  # both nodes: the second one's processes name the same dir
     shutil.rmtree(temp_dir, ignore_errors=True)
@@ -228,7 +238,11 @@ def _signal(pids: list[int], sig: int) -> None:
 @pytest.mark.long
 def test_a_run_whose_node_dies_resumes_on_the_other_and_the_study_equals_sequential(
     two_nodes, tmp_path):
-  address = two_nodes
+  """With the study's driver on the head (as on a real cluster, where it runs on
+  its own machine), the killed node's run resumes on the head; with the driver
+  on the killed node, no run can go on: every run not completed fails at once,
+  and the printed command continues the study on the head."""
+  address, driver_on = two_nodes
   # ROUNDS: 3 rounds of these tiny runs can end before the node is caught mid-run.
   (tmp_path / "proof.yaml").write_text(CONFIG.replace("\nrounds: 3\n", f"\nrounds: {ROUNDS}\n"))
   reference = _fedsim(str(tmp_path / "proof.yaml"), "--variant", "sgd", "--logdir",
@@ -237,8 +251,9 @@ def test_a_run_whose_node_dies_resumes_on_the_other_and_the_study_equals_sequent
   assert reference.returncode == 0, err
   reference = tmp_path / "reference" / "proof"
   study = tmp_path / "runs" / "proof"
+  ray_args = ("--executor", "ray", "--ray-address", address)
   process = _fedsim(str(tmp_path / "proof.yaml"), "--variant", "sgd", "--logdir",
-                    str(tmp_path / "runs"), "--executor", "ray", "--ray-address", address)
+                    str(tmp_path / "runs"), *ray_args)
   try:
     raylet = _raylet(address)
     deadline = time.monotonic() + TIMEOUT_S
@@ -246,9 +261,7 @@ def test_a_run_whose_node_dies_resumes_on_the_other_and_the_study_equals_sequent
     while driver is None and process.poll() is None and time.monotonic() < deadline:
       time.sleep(0.5)
       driver = _driver_address(address, process.pid)
-    # The study's driver on the head, as on a real cluster: the node's death
-    # below leaves the study running.
-    assert driver not in (None, NODE_IP), (driver, process.poll())
+    assert driver is not None and (driver == NODE_IP) == (driver_on == "node"), driver
     killed, spared = False, set()
     while process.poll() is None and time.monotonic() < deadline and not killed:
       pids, run_dir = _run_on(raylet)
@@ -271,7 +284,22 @@ def test_a_run_whose_node_dies_resumes_on_the_other_and_the_study_equals_sequent
     if process.poll() is None:
       os.killpg(process.pid, signal.SIGKILL)
       process.communicate()
-  assert process.returncode == 0, err
+  # The study ran over a minute: over the 30 s after which Ray's core worker
+  # logs that it found no metrics agent.
+  _assert_only_fedsims(err)
+  if driver_on == "node":
+    assert process.returncode == 1, err
+    failed = re.findall(r"^fedsim: run failed: (\S+): lost the Ray node this study is attached"
+                        r" to \(node \w{8}\); the run can resume from its last checkpoint$",
+                        err, re.M)
+    assert run_dir.name in failed, err
+    assert all(read_status(study / run)[0] == "completed" for run in RUNS if run not in failed)
+    assert wait_released([study / run for run in RUNS], 0) == []
+    resumed = _fedsim("--resume", str(study), *ray_args)
+    _, err = resumed.communicate(timeout=TIMEOUT_S)
+    assert resumed.returncode == 0, err
+  else:
+    assert process.returncode == 0, err
   log = (run_dir / "output.log").read_text()
   assert re.search(rf"^resuming \S+ after round \d+ of {ROUNDS}$", log, re.M), log
   _assert_equal_studies(study, reference, RUNS, rounds=ROUNDS)

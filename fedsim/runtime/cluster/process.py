@@ -16,7 +16,8 @@ from fedsim.errors import RunFailed, UserError
 from fedsim.runtime.contract import RoundPhases, RoundProcess
 from fedsim.runtime.cluster.address import auto_address, answers, check_reachable
 from fedsim.runtime.cluster.failures import actor_cause, failed_worker, first_line
-from fedsim.runtime.cluster.lifetime import Reaper, process_handlers_kept
+from fedsim.runtime.cluster.lifetime import (Reaper, process_handlers_kept,
+                                             ray_log_off_the_terminal)
 from fedsim.runtime.cluster.worker import ClientWorker, ClusterSpec, chunk_bounds
 
 # Ray restarts a dead actor (which rebuilds itself from the config) and re-runs
@@ -316,7 +317,7 @@ def connect(address: str, key: str, num_cpus: float, num_gpus: float = 0.0) -> R
   if address == "local":
     reaper = Reaper()  # before ray.init: a driver killed during it is swept too
     try:
-      with reaper.tagged(), process_handlers_kept():
+      with reaper.tagged(), process_handlers_kept(), ray_log_off_the_terminal():
         ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus or None,
                  object_store_memory=_LOCAL_OBJECT_STORE_BYTES, **options)
     except BaseException:
@@ -326,7 +327,7 @@ def connect(address: str, key: str, num_cpus: float, num_gpus: float = 0.0) -> R
   target = auto_address(key) if address == "auto" else address
   check_reachable(target, address, key)
   try:
-    with process_handlers_kept():
+    with process_handlers_kept(), ray_log_off_the_terminal():
       ray.init(address=target, **options)
   except (ConnectionError, RuntimeError) as e:
     raise UserError(f"{key}: cannot connect to the Ray cluster at {target}:"
