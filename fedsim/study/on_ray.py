@@ -126,7 +126,7 @@ class OnRay:
         del os.environ[key]
     import ray  # pylint: disable=g-import-not-at-top
     pending: dict = {}  # task -> (run, its resources, tries so far)
-    stopping: list = []  # the directories of the runs a Ctrl-C stopped
+    stopping: list = []  # directories of runs whose process may still be ending
     later: list = []    # (when, run, resources, tries): lost runs to start again
     try:
       self._check_fits(ray, need_cpus, need_gpus)

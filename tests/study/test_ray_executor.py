@@ -27,7 +27,7 @@ from fedsim.reporting.rundir import read_status
 from fedsim.study.executors import ExecutorChoice, choose
 from fedsim.study import on_ray
 from fedsim.study.on_ray import run_resources
-from tests.chaos.processes import MARKER, kill_marked, left_after
+from tests.chaos.processes import MARKER, kill_marked, left_after, marked
 from tests.ray_cluster import RAY, _free_port, _ours, _stop
 from tests.study.test_interrupted_study import (CONFIG, TIMEOUT_S, _assert_equal_studies,
                                                 _ctrl_c_through_uv, _fedsim, _lines, _start)
@@ -114,6 +114,9 @@ def test_ctrl_c_leaves_a_ray_study_resumable_and_nothing_behind_and_it_ends_as_s
            and not any(_lines(study / run / "metrics.csv") > 1 for run in RUNS)):
       time.sleep(0.05)  # until a run logged a round: its task and child are busy
     assert process.poll() is None, process.communicate()
+    # Ray's workers run this Python: not `uv run` in a copy of this directory,
+    # which Ray arranges when `uv run` started the study (as it starts the suite).
+    assert [c for _, c in marked(marker) if os.path.basename(c.split()[0]) == "uv"] == []
     _ctrl_c_through_uv(process)
     out, err = process.communicate(timeout=60)
     # Every run's process has ended with the study: a resume may start at once.

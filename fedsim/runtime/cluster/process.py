@@ -28,9 +28,13 @@ RESTARTS = 2
 _LOCAL_OBJECT_STORE_BYTES = 256 * 2**20
 _PROBE_S = 5.0  # how often a wait checks that the cluster still answers
 # A run's output stays fedsim's: no usage reporting, no metrics agent (whose
-# absence Ray logs as an error), no warning about a future GPU default.
-_QUIET_RAY = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_enable_metrics_collection": "0",
-              "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
+# absence Ray logs as an error), no warning about a future GPU default. And
+# Ray's workers run each node's own Python, where fedsim is installed: with
+# `uv run` among this process's ancestors Ray would instead start them as
+# `uv run` (at this machine's path of uv) in a copy of the current directory,
+# uploaded to the cluster, whose fedsim would then shadow the installed one.
+_RAY_ENVIRONMENT = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_enable_metrics_collection": "0",
+                    "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
 
 class ClusterProcess(RoundProcess, RoundPhases):
   """An `InProcessProcess` whose clients run on Ray actors: a `RoundProcess`, its own phases.
@@ -58,7 +62,7 @@ class ClusterProcess(RoundProcess, RoundPhases):
       RunFailed: an actor could not be built (one line: its error), or the
         actors were not ready within `runtime.timeout_s`.
     """
-    for name, value in _QUIET_RAY.items():
+    for name, value in _RAY_ENVIRONMENT.items():
       os.environ.setdefault(name, value)  # read at import and by the nodes ray.init starts
     import ray  # pylint: disable=g-import-not-at-top
     self._ray = ray
@@ -306,7 +310,7 @@ def connect(address: str, key: str, num_cpus: float, num_gpus: float = 0.0) -> R
     UserError: naming `key`: Ray already initialized in this process, a
       malformed address, or no cluster there.
   """
-  for name, value in _QUIET_RAY.items():
+  for name, value in _RAY_ENVIRONMENT.items():
     os.environ.setdefault(name, value)  # read at import and by the nodes ray.init starts
   import ray  # pylint: disable=g-import-not-at-top
   if ray.is_initialized():  # e.g. a notebook's own ray.init: reuse, never stop it
