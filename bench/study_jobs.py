@@ -8,9 +8,12 @@ one `fedsim run` process per mode: `sequential`, `jobs2` (`--jobs 2`) and
 `ray` (`--executor ray`, a local Ray instance started and stopped by the
 study), interleaved (the order rotates each repeat) so that the machine's
 load falls on all alike; prints each wall time with the load before it, then
-per mode the median ratio to sequential and, for `ray`, the median overhead
-per run ((ray - sequential) / 8). Checks that every mode logged the
-sequential study's metrics (bar the wall-clock column).
+per mode the median ratio of sequential's wall time to its own, and for
+`ray` the median overhead per run against `--jobs N`, N this process's CPUs:
+a local Ray instance plays as many runs at once, so the difference is what
+Ray costs (its start, a task and a process per run):
+(ray - jobsN) x N / 8 seconds of one of the N slots. Checks that every mode
+logged the sequential study's metrics (bar the wall-clock column).
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ CONFIG = REPO / "experiments" / "quickstart.yaml"
 
 
 RUNS = 8
-MODES = {"sequential": [], "jobs2": ["--jobs", "2"], "ray": ["--executor", "ray"]}
+CPUS = len(os.sched_getaffinity(0))
+MODES = {"sequential": [], "jobs2": ["--jobs", "2"], f"jobs{CPUS}": ["--jobs", str(CPUS)],
+         "ray": ["--executor", "ray"]}
 
 
 def _study(logdir: pathlib.Path, rounds: int, mode: str) -> float:
@@ -56,10 +61,16 @@ def main() -> None:
   parser = argparse.ArgumentParser()
   parser.add_argument("--rounds", type=int, default=10)
   parser.add_argument("--repeats", type=int, default=2)
-  parser.add_argument("--modes", default=",".join(MODES),
-                      help=f"comma-separated, among {', '.join(MODES)}")
+  parser.add_argument("--modes", default="sequential,jobs2,ray",
+                      help=f"comma-separated, among {', '.join(MODES)}"
+                           f" (ray brings jobs{CPUS} along)")
   args = parser.parse_args()
   modes = ["sequential"] + [m for m in args.modes.split(",") if m != "sequential"]
+  if "ray" in modes and f"jobs{CPUS}" not in modes:
+    modes.insert(modes.index("ray"), f"jobs{CPUS}")
+  unknown = [m for m in modes if m not in MODES]
+  if unknown:
+    parser.error(f"--modes: unknown {', '.join(unknown)}; choose among {', '.join(MODES)}")
   times = {mode: [] for mode in modes}
   with tempfile.TemporaryDirectory() as tmp:
     for repeat in range(args.repeats):
@@ -75,12 +86,12 @@ def main() -> None:
             for mode in modes[1:]}
   for mode in modes[1:]:
     ratio = statistics.median(a / b for a, b in zip(times["sequential"], times[mode]))
-    line = (f"{RUNS} runs x {args.rounds} rounds on {len(os.sched_getaffinity(0))} CPUs:"
+    line = (f"{RUNS} runs x {args.rounds} rounds on {CPUS} CPUs:"
             f" sequential / {mode} wall time, median of {args.repeats}: {ratio:.2f}x")
     if mode == "ray":
-      overhead = statistics.median((b - a) / RUNS for a, b in zip(times["sequential"],
-                                                                  times[mode]))
-      line += f"; overhead per run {overhead:.1f} s"
+      overhead = statistics.median((r - j) * CPUS / RUNS
+                                   for j, r in zip(times[f"jobs{CPUS}"], times[mode]))
+      line += f"; overhead per run against --jobs {CPUS}: {overhead:.1f} s"
     print(f"{line}; same metrics: {same[mode]}")
 
 

@@ -22,6 +22,7 @@ import os
 import pathlib
 import re
 import socket
+import time
 
 from fedsim.errors import UserError
 
@@ -155,3 +156,29 @@ def lock_run_dir(run_dir: str | os.PathLike) -> RunDirLock:
   except OSError:
     pass  # The line only lets a refused process name the holder.
   return RunDirLock(run_dir, file)
+
+
+def wait_released(run_dirs, timeout_s: float) -> list[pathlib.Path]:
+  """Waits until no process holds the lock of any of `run_dirs` (their runs'
+  processes have ended), for at most `timeout_s` seconds.
+
+  Returns:
+    The directories whose lock is still held then.
+  """
+  held = [pathlib.Path(d) for d in run_dirs]
+  deadline = time.monotonic() + timeout_s
+  while True:
+    held = [d for d in held if _held(d)]
+    if not held or time.monotonic() >= deadline:
+      return held
+    time.sleep(0.1)
+
+
+def _held(run_dir: pathlib.Path) -> bool:
+  """Whether a process holds `run_dir`'s lock (taken and at once given back to see)."""
+  try:
+    with open(run_dir / LOCK_FILE, "rb") as file:
+      fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except OSError as e:
+    return e.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
+  return False  # closing the file gave the lock back

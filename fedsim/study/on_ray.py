@@ -14,12 +14,15 @@ which a Python call inside the task could not promise.
   'interrupted'); a run whose worker or node was lost, or whose child a
   signal ended, is sent again (`max_retries` times, `_RETRY_AFTER_S` x its
   tries later: Ray may still place it on the dead node until it notices),
-  to any node with room, and the new child resumes from its last checkpoint. Run directories
-  must therefore be on a filesystem every node mounts at the same path.
+  to any node with room, and the new child resumes from its last checkpoint.
+  Run directories must therefore be on a filesystem every node mounts at the
+  same path. When the node this process is attached to dies, no task can be
+  sent or answered: every run not completed fails at once, resumable.
 * Ctrl-C: every task is cancelled (Ray raises KeyboardInterrupt in it, and
   it stops its child), the tasks are given `_CANCEL_S` to end, then a private
   instance is shut down and its processes swept (`runtime.cluster.connect`);
-  a run's process is not the instance's: it ends by itself, 'interrupted'.
+  a run's process is not the instance's: it ends by itself, 'interrupted',
+  and the study waits for it, so a resume started at once finds the run free.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import yaml
 
 from fedsim.errors import UserError
+from fedsim.reporting.ownership import wait_released
 from fedsim.runtime.cluster.address import answers
 from fedsim.runtime.cluster.failures import first_line
 from fedsim.runtime.cluster.process import connect
@@ -43,10 +47,12 @@ from fedsim.study.plan import PlannedRun
 _PROBE_S = 5.0   # how often a wait checks that the cluster still answers
 _RETRY_AFTER_S = 10.0  # a lost run starts again after this, times its tries so far
 # Cancelled tasks stop their children (`executors.stop_children`); the study
-# waits this long for them, then stops a private instance, all within its own
-# exit deadline (fedsim.runtime.signals.EXIT_DEADLINE_S). A child still
-# stopping then gets SIGTERM as its worker dies, and ends 'interrupted'.
+# waits `_CANCEL_S` for them, then disconnects (a private instance stops), and a
+# child still stopping gets SIGTERM as its worker dies and ends 'interrupted';
+# the study waits `_ENDED_S` more for those (their run directories' locks),
+# all within its own exit deadline (fedsim.runtime.signals.EXIT_DEADLINE_S).
 _CANCEL_S = 4.0
+_ENDED_S = 2.5
 # A private instance's raylet: its workers at niceness 0 (Ray's 15, inherited
 # by each run's process, starves the runs on a busy machine), and patient with
 # a worker whose start (Python, Ray's import) takes over Ray's 60 s, as it did
@@ -120,6 +126,7 @@ class OnRay:
         del os.environ[key]
     import ray  # pylint: disable=g-import-not-at-top
     pending: dict = {}  # task -> (run, its resources, tries so far)
+    stopping: list = []  # directories of runs whose process may still be ending
     later: list = []    # (when, run, resources, tries): lost runs to start again
     try:
       self._check_fits(ray, need_cpus, need_gpus)
@@ -131,6 +138,7 @@ class OnRay:
             str(run.run_dir.resolve()), tuple(context.plugins), os.getcwd())
         pending[ref] = (run, needs, tries)
 
+      own_node = ray.get_runtime_context().get_node_id()
       for run, needs in zip(runs, resources):
         submit(run, needs, 1)
         context.on_start(run)
@@ -153,6 +161,19 @@ class OnRay:
         for ref in ready:
           run, needs, tries = pending.pop(ref)
           outcome, lost = self._outcome(ray, ref, run, tries)
+          if lost and (outcome is None or not _alive(ray, own_node)):
+            # Every task is sent and answered through this process's own node:
+            # none can run, or be sent again, without it.
+            lost_runs = [run, *(r for r, _, _ in pending.values()), *(e[1] for e in later)]
+            stopping = [r.run_dir for r in lost_runs]  # still running elsewhere, maybe
+            for lost_run in lost_runs:
+              yield (Outcome(lost_run, True) if completed(lost_run) else Outcome(
+                  lost_run, False, error=f"lost the Ray node this study is attached to (node"
+                                         f" {own_node[:8]}); the run can resume from its last"
+                                         " checkpoint"))
+            pending.clear()
+            later.clear()
+            break
           if lost and completed(run):  # its node went down after the run completed
             yield Outcome(run, True)
           elif lost and tries <= self._max_retries:
@@ -162,6 +183,7 @@ class OnRay:
           else:
             yield outcome
     except BaseException:
+      stopping = [run.run_dir for run, _, _ in pending.values()]
       _cancel(ray, list(pending))
       raise
     finally:
@@ -169,6 +191,10 @@ class OnRay:
         ray.shutdown()
       if reaper is not None:
         reaper.sweep()
+      # A resume started as soon as the study has exited must not find a run
+      # still held by its process (a task's worker ends, and with it the run's
+      # process, once this process has disconnected).
+      wait_released(stopping, _ENDED_S)
 
   def _check_fits(self, ray, cpus: float, gpus: float) -> None:
     """UserError when no node could ever hold a run (its task would wait forever)."""
@@ -177,8 +203,9 @@ class OnRay:
       raise UserError(f"--ray-address: a run needs {cpus:g} CPUs and {gpus:g} GPUs on one"
                       f" node; no node of the cluster at {self._address} has them")
 
-  def _outcome(self, ray, ref, run: PlannedRun, tries: int) -> tuple[Outcome, bool]:
-    """How `run`'s task ended, and whether its run was lost (to be started again)."""
+  def _outcome(self, ray, ref, run: PlannedRun, tries: int) -> tuple[Outcome | None, bool]:
+    """How `run`'s task ended (None: this process's own Ray node died under
+    it), and whether its run was lost (to be started again)."""
     try:
       code, _ = ray.get(ref)
     except ray.exceptions.RayTaskError as e:  # RunLost, or fedsim's own bug
@@ -186,11 +213,21 @@ class OnRay:
       return Outcome(run, False, error=f"{'lost' if lost else 'failed'} {tries} times:"
                                        f" {first_line(e.cause or e)}; the run can resume"
                                        " from its last checkpoint"), lost
+    except ray.exceptions.LocalRayletDiedError:  # this process's node: see `play`
+      return None, True
     except ray.exceptions.RayError as e:  # its worker or node lost
       return Outcome(run, False, error=f"its Ray worker was lost {tries} times"
                                        f" ({type(e).__name__}); the run can resume from its"
                                        " last checkpoint"), True
     return child_outcome(run, code), False
+
+
+def _alive(ray, node_id: str) -> bool:
+  """Whether the cluster's GCS lists node `node_id` as alive."""
+  try:
+    return any(node["NodeID"] == node_id and node["Alive"] for node in ray.nodes())
+  except Exception:  # pylint: disable=broad-except
+    return True  # the GCS did not answer: the study's probe of it says so
 
 
 def _cancel(ray, refs: list) -> None:

@@ -23,10 +23,13 @@ from fedsim.errors import UserError
 from fedsim.experiment.config.loader import expand_variants, load_config, plain
 from fedsim.experiment.config.variant_overrides import load_for_variant
 from fedsim.experiment.resume import check_resumable
-from fedsim.reporting.ownership import lock_run_dir
+from fedsim.reporting.ownership import lock_run_dir, wait_released
 from fedsim.reporting.rundir import read_status, write_config
 from fedsim.study.executors import ExecutorChoice, Outcome, StudyContext, executor_for
 from fedsim.study.plan import PlannedRun, plan_study, read_plan
+
+
+_ENDING_S = 5.0
 
 
 @dataclasses.dataclass
@@ -130,6 +133,10 @@ def _play(study: StudyRun, configs: Sequence[Mapping[str, Any]], executor: Execu
           context: StudyContext) -> None:
   """Sorts `study.planned` (each with its resolved config) into complete, live
   and to play, all checked before the first plays; then plays them."""
+  # A run whose process is still ending (its study was stopped a moment ago,
+  # on another node perhaps) is waited for before it is taken for another
+  # process's live run and left alone.
+  wait_released([run.run_dir for run in study.planned], _ENDING_S)
   to_play = []
   for run, resolved in zip(study.planned, configs):
     state = _prepare(run, resolved)

@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 
 import pytest
 
@@ -90,3 +91,20 @@ def test_a_held_lock_refuses_others_and_dies_with_its_holder(tmp_path, lock_hold
     with pytest.raises(UserError, match=f"pid {os.getpid()} on"):
       ownership.lock_run_dir(tmp_path)  # a second lock in the same process is refused too
   ownership.lock_run_dir(tmp_path).release()  # released by the `with`
+
+
+def test_waiting_for_released_locks_ends_when_their_holders_have(tmp_path, lock_holder):
+  held, free, never_run = tmp_path / "held", tmp_path / "free", tmp_path / "never_run"
+  for run_dir in (held, free, never_run):
+    run_dir.mkdir()
+  ownership.lock_run_dir(free).release()
+  child = lock_holder(held)
+  assert ownership.wait_released([held, free, never_run], 0.3) == [held]
+  # Looking wrote nothing: the holder's line is intact.
+  assert (held / ownership.LOCK_FILE).read_text().startswith(f"writer: pid {child.pid} on")
+  killer = threading.Timer(0.5, child.kill)
+  killer.start()
+  try:
+    assert ownership.wait_released([held, free], 30) == []
+  finally:
+    killer.join()

@@ -6,6 +6,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -185,3 +186,24 @@ def test_printed_commands_are_the_way_fedsim_was_started(tmp_path, recorder):
 def _uv() -> str | None:
   import shutil
   return os.environ.get("UV") or shutil.which("uv")
+
+
+def test_a_run_still_ending_is_waited_for_and_a_live_one_left_alone(
+    tmp_path, recorder, lock_holder, monkeypatch):
+  runner.run_study(CONFIG, logdir=tmp_path)
+  study_dir = tmp_path / "st"
+  ending = lock_holder(study_dir / "a-seed1")  # a stopped study's run, its process ending
+  killer = threading.Timer(0.5, ending.kill)
+  killer.start()
+  recorder.played.clear()
+  try:
+    study = runner.resume_study(study_dir)
+  finally:
+    killer.join()
+  assert study.live == [] and recorder.played == LABELS
+  lock_holder(study_dir / "b-seed0")  # running, in another process
+  monkeypatch.setattr(runner, "_ENDING_S", 0.3)
+  recorder.played.clear()
+  study = runner.resume_study(study_dir)
+  assert [r.label for r in study.live] == ["b-seed0"]
+  assert recorder.played == ["a-seed0", "a-seed1", "b-seed1"]

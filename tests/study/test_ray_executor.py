@@ -22,11 +22,12 @@ import uuid
 import pytest
 
 from fedsim.errors import UserError
+from fedsim.reporting.ownership import wait_released
 from fedsim.reporting.rundir import read_status
 from fedsim.study.executors import ExecutorChoice, choose
 from fedsim.study import on_ray
 from fedsim.study.on_ray import run_resources
-from tests.chaos.processes import MARKER, kill_marked, left_after
+from tests.chaos.processes import MARKER, kill_marked, left_after, marked
 from tests.ray_cluster import RAY, _free_port, _ours, _stop
 from tests.study.test_interrupted_study import (CONFIG, TIMEOUT_S, _assert_equal_studies,
                                                 _ctrl_c_through_uv, _fedsim, _lines, _start)
@@ -89,6 +90,11 @@ def _marked(args: list[str], marker: str) -> subprocess.Popen:
     del os.environ[MARKER]
 
 
+def _assert_only_fedsims(stderr: str) -> None:
+  """Every line of `stderr` is fedsim's (none of Ray's own)."""
+  assert all(line.startswith("fedsim: ") for line in stderr.splitlines()), stderr
+
+
 def _statuses(study: pathlib.Path) -> list[str]:
   return [(study / run / "status").read_text().split("\n")[0]
           if (study / run / "status").is_file() else "-" for run in RUNS]
@@ -108,12 +114,18 @@ def test_ctrl_c_leaves_a_ray_study_resumable_and_nothing_behind_and_it_ends_as_s
            and not any(_lines(study / run / "metrics.csv") > 1 for run in RUNS)):
       time.sleep(0.05)  # until a run logged a round: its task and child are busy
     assert process.poll() is None, process.communicate()
+    # Ray's workers run this Python: not `uv run` in a copy of this directory,
+    # which Ray arranges when `uv run` started the study (as it starts the suite).
+    assert [c for _, c in marked(marker) if os.path.basename(c.split()[0]) == "uv"] == []
     _ctrl_c_through_uv(process)
     out, err = process.communicate(timeout=60)
+    # Every run's process has ended with the study: a resume may start at once.
+    assert wait_released([study / run for run in RUNS], 0) == []
   finally:
     kill_marked(marker)
   assert process.returncode == 130, err
   assert "interrupted again" not in err and "Traceback" not in err, err
+  _assert_only_fedsims(err)
   assert re.findall(r"^started (\S+) ", out, re.M) == RUNS  # all submitted at once
   assert left_after(marker, 15) == []  # no Ray process, no run's child
   statuses = _statuses(study)  # stopped, finished in the meantime, or never started
@@ -128,56 +140,86 @@ def test_ctrl_c_leaves_a_ray_study_resumable_and_nothing_behind_and_it_ends_as_s
   _assert_equal_studies(study, reference, RUNS)
 
 
-@pytest.fixture
-def two_nodes():
-  """'127.0.0.1:PORT' of a head and a second node of one CPU each, and the
-  second node's temp dir."""
-  head_dir, node_dir = (tempfile.mkdtemp(prefix="fsst", dir="/tmp") for _ in range(2))
+NODE_IP = "127.0.0.2"  # the second node's own loopback address
+ROUNDS = 60  # of the two-node study's runs
+
+
+@pytest.fixture(params=["head", "node"])
+def two_nodes(request):
+  """('127.0.0.1:PORT' of a head and a second node (at NODE_IP) of one CPU
+  each, the node a driver started afterwards attaches to: 'head' or 'node')."""
+  temp_dir = tempfile.mkdtemp(prefix="fsst", dir="/tmp")
   # As fedsim's private instance (fedsim.study.on_ray), with a raylet patient
   # with slow agents too (it exits when they take over 30 s to start).
   env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_enable_metrics_collection": "0",
          "RAY_agent_register_timeout_ms": "300000", **on_ray._PRIVATE_INSTANCE}
   port = _free_port()
-  common = ["--num-cpus", "1", "--node-ip-address", "127.0.0.1", "--disable-usage-stats"]
+  common = ["--num-cpus", "1", "--disable-usage-stats"]
   try:
     subprocess.run([RAY, "start", "--head", "--port", str(port), "--include-dashboard=false",
-                    "--temp-dir", head_dir, *common], env=env, check=True, capture_output=True,
-                   timeout=180)
-    subprocess.run([RAY, "start", "--address", f"127.0.0.1:{port}", "--temp-dir", node_dir,
-                    *common], env=env, check=True, capture_output=True, timeout=180)
-    yield f"127.0.0.1:{port}", node_dir
+                    "--temp-dir", temp_dir, "--node-ip-address", "127.0.0.1", *common],
+                   env=env, check=True, capture_output=True, timeout=180)
+    # Ray takes 127.0.0.1 for the machine's address, and a second node on the
+    # same address would be as likely as the head to get the driver.
+    address_file = pathlib.Path(temp_dir, "session_latest", "node_ip_address.json")
+    head_address = address_file.read_text()
+    subprocess.run([RAY, "start", "--address", f"127.0.0.1:{port}", "--node-ip-address",
+                    NODE_IP, *common], env=env, check=True, capture_output=True, timeout=180)
+    # Nodes on one machine share the head's session directory, where each
+    # node started writes its address and a driver reads the one it attaches
+    # to: on two machines each node has its own, and the study's driver sits
+    # on the head's machine.
+    assert NODE_IP in address_file.read_text()
+    if request.param == "head":
+      address_file.write_text(head_address)
+    yield f"127.0.0.1:{port}", request.param
   finally:
-    _stop(node_dir, port)
-    _stop(head_dir, port)
-    for temp_dir in (head_dir, node_dir):
-      shutil.rmtree(temp_dir, ignore_errors=True)
-  assert _ours(head_dir, port) == [] and _ours(node_dir, port) == []
+    _stop(temp_dir, port)  # both nodes: the second one's processes name the same dir
+    shutil.rmtree(temp_dir, ignore_errors=True)
+  assert _ours(temp_dir, port) == []
 
 
 def _raylet(address: str) -> int:
-  """The pid of the second node's raylet (the head's says --head; Ray may name
-  the GCS by the machine's address rather than 127.0.0.1)."""
+  """The pid of the second node's raylet."""
   port = address.rsplit(":", 1)[1]
-  found = subprocess.run(["pgrep", "-af", f"/raylet/raylet .*--gcs-address=[^ ]*:{port} "],
+  found = subprocess.run(["pgrep", "-af", f"/raylet/raylet .*--node_ip_address={NODE_IP} "],
                          capture_output=True, text=True).stdout.splitlines()
-  found = [line for line in found if " --head " not in line]
+  found = [line for line in found if re.search(f"--gcs-address=[^ ]*:{port} ", line)]
   assert len(found) == 1, found
   return int(found[0].split()[0])
 
 
-def _children(pid: int) -> list[int]:
-  found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
-  return [int(p) for p in found.split()]
+def _driver_address(address: str, pid: int) -> str | None:
+  """The node address of the Ray driver whose process is `pid` (None: not connected)."""
+  from ray._private.state import GlobalState  # pylint: disable=g-import-not-at-top
+  from ray._raylet import GcsClientOptions  # pylint: disable=g-import-not-at-top
+  state = GlobalState()
+  state._initialize_global_state(GcsClientOptions.create(
+      address, None, allow_cluster_id_nil=True, fetch_cluster_id_if_nil=False))
+  try:
+    return next((job["DriverIPAddress"] for job in state.job_table()
+                 if job["DriverPid"] == pid and not job["IsDead"]), None)
+  finally:
+    state.disconnect()
 
 
 def _run_on(raylet: int) -> tuple[list[int], pathlib.Path | None]:
-  """The node's processes under its raylet, and the run directory its task plays."""
+  """The node's processes (its raylet and every descendant), and the run
+  directory its task plays (one pass over /proc: the run can end while
+  the test looks)."""
+  parents: dict[int, list[int]] = {}
+  for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+    try:
+      fields = stat.read_text().rsplit(")", 1)[1].split()
+    except OSError:
+      continue
+    parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
   pids, run_dir = [], None
   todo = [raylet]
   while todo:
     pid = todo.pop()
     pids.append(pid)
-    todo.extend(_children(pid))
+    todo.extend(parents.get(pid, []))
     try:
       args = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
@@ -199,30 +241,41 @@ def _signal(pids: list[int], sig: int) -> None:
 @pytest.mark.long
 def test_a_run_whose_node_dies_resumes_on_the_other_and_the_study_equals_sequential(
     two_nodes, tmp_path):
-  address, node_dir = two_nodes
-  # 30 rounds: 3 rounds of these tiny runs can end before the node is caught mid-run.
-  (tmp_path / "proof.yaml").write_text(CONFIG.replace("\nrounds: 3\n", "\nrounds: 30\n"))
+  """With the study's driver on the head (as on a real cluster, where it runs on
+  its own machine), the killed node's run resumes on the head; with the driver
+  on the killed node, no run can go on: every run not completed fails at once,
+  and the printed command continues the study on the head."""
+  address, driver_on = two_nodes
+  # ROUNDS: 3 rounds of these tiny runs can end before the node is caught mid-run.
+  (tmp_path / "proof.yaml").write_text(CONFIG.replace("\nrounds: 3\n", f"\nrounds: {ROUNDS}\n"))
   reference = _fedsim(str(tmp_path / "proof.yaml"), "--variant", "sgd", "--logdir",
                       str(tmp_path / "reference"))
   _, err = reference.communicate(timeout=TIMEOUT_S)
   assert reference.returncode == 0, err
   reference = tmp_path / "reference" / "proof"
   study = tmp_path / "runs" / "proof"
+  ray_args = ("--executor", "ray", "--ray-address", address)
   process = _fedsim(str(tmp_path / "proof.yaml"), "--variant", "sgd", "--logdir",
-                    str(tmp_path / "runs"), "--executor", "ray", "--ray-address", address)
+                    str(tmp_path / "runs"), *ray_args)
   try:
     raylet = _raylet(address)
     deadline = time.monotonic() + TIMEOUT_S
+    driver = None
+    while driver is None and process.poll() is None and time.monotonic() < deadline:
+      time.sleep(0.5)
+      driver = _driver_address(address, process.pid)
+    assert driver is not None and (driver == NODE_IP) == (driver_on == "node"), driver
     killed, spared = False, set()
     while process.poll() is None and time.monotonic() < deadline and not killed:
       pids, run_dir = _run_on(raylet)
-      if run_dir is None or run_dir in spared or _lines(run_dir / "metrics.csv") < 2:
+      if (run_dir is None or run_dir in spared
+          or not any((run_dir / "checkpoints").glob("round_*"))):
         time.sleep(0.05)
-        continue  # no run on the node mid-run (a round logged) yet
-      # Frozen, the node's run is mid-run for sure or already completed (its 30
+        continue  # no run on the node with a checkpoint to resume from yet
+      # Frozen, the node's run is mid-run for sure or already completed (all its
       # rounds logged): the node dies in the first case and is let go in the second.
       _signal(pids, signal.SIGSTOP)
-      if read_status(run_dir)[0] == "completed" or _lines(run_dir / "metrics.csv") > 30:
+      if read_status(run_dir)[0] == "completed" or _lines(run_dir / "metrics.csv") > ROUNDS:
         spared.add(run_dir)
         _signal(pids, signal.SIGCONT)
         continue
@@ -234,7 +287,22 @@ def test_a_run_whose_node_dies_resumes_on_the_other_and_the_study_equals_sequent
     if process.poll() is None:
       os.killpg(process.pid, signal.SIGKILL)
       process.communicate()
-  assert process.returncode == 0, err
+  # The study ran over a minute: over the 30 s after which Ray's core worker
+  # logs that it found no metrics agent.
+  _assert_only_fedsims(err)
+  if driver_on == "node":
+    assert process.returncode == 1, err
+    failed = re.findall(r"^fedsim: run failed: (\S+): lost the Ray node this study is attached"
+                        r" to \(node \w{8}\); the run can resume from its last checkpoint$",
+                        err, re.M)
+    assert run_dir.name in failed, err
+    assert all(read_status(study / run)[0] == "completed" for run in RUNS if run not in failed)
+    assert wait_released([study / run for run in RUNS], 0) == []
+    resumed = _fedsim("--resume", str(study), *ray_args)
+    _, err = resumed.communicate(timeout=TIMEOUT_S)
+    assert resumed.returncode == 0, err
+  else:
+    assert process.returncode == 0, err
   log = (run_dir / "output.log").read_text()
-  assert re.search(r"^resuming \S+ after round \d+ of 30$", log, re.M), log
-  _assert_equal_studies(study, reference, RUNS)
+  assert re.search(rf"^resuming \S+ after round \d+ of {ROUNDS}$", log, re.M), log
+  _assert_equal_studies(study, reference, RUNS, rounds=ROUNDS)

@@ -118,3 +118,32 @@ def process_handlers_kept() -> Iterator[None]:
       signal.signal(signal.SIGTERM, sigterm)
     if not dumps:
       faulthandler.disable()
+
+
+@contextlib.contextmanager
+def ray_log_off_the_terminal() -> Iterator[None]:
+  """Keeps the log of the Ray core worker `ray.init` starts in this process
+  off its stderr, which is fedsim's.
+
+  Without Ray's optional dashboard packages no node runs a metrics agent, and
+  every core worker logs an error to its stderr once it gave up waiting for
+  one (30 s after connecting). No Ray setting turns the wait off: its log level
+  (RAY_BACKEND_LOG_LEVEL) can, and is read as the core worker starts, which
+  says so on stderr: that line goes to /dev/null. A level the environment
+  sets is left as it is, the lines with it.
+  """
+  if "RAY_BACKEND_LOG_LEVEL" in os.environ:
+    yield
+    return
+  os.environ["RAY_BACKEND_LOG_LEVEL"] = "fatal"
+  sys.stderr.flush()
+  stderr = os.dup(2)
+  null = os.open(os.devnull, os.O_WRONLY)
+  os.dup2(null, 2)
+  os.close(null)
+  try:
+    yield
+  finally:
+    os.dup2(stderr, 2)
+    os.close(stderr)
+    del os.environ["RAY_BACKEND_LOG_LEVEL"]  # not for later children (a run's process)

@@ -16,7 +16,8 @@ from fedsim.errors import RunFailed, UserError
 from fedsim.runtime.contract import RoundPhases, RoundProcess
 from fedsim.runtime.cluster.address import auto_address, answers, check_reachable
 from fedsim.runtime.cluster.failures import actor_cause, failed_worker, first_line
-from fedsim.runtime.cluster.lifetime import Reaper, process_handlers_kept
+from fedsim.runtime.cluster.lifetime import (Reaper, process_handlers_kept,
+                                             ray_log_off_the_terminal)
 from fedsim.runtime.cluster.worker import ClientWorker, ClusterSpec, chunk_bounds
 
 # Ray restarts a dead actor (which rebuilds itself from the config) and re-runs
@@ -27,9 +28,13 @@ RESTARTS = 2
 _LOCAL_OBJECT_STORE_BYTES = 256 * 2**20
 _PROBE_S = 5.0  # how often a wait checks that the cluster still answers
 # A run's output stays fedsim's: no usage reporting, no metrics agent (whose
-# absence Ray logs as an error), no warning about a future GPU default.
-_QUIET_RAY = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_enable_metrics_collection": "0",
-              "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
+# absence Ray logs as an error), no warning about a future GPU default. And
+# Ray's workers run each node's own Python, where fedsim is installed: with
+# `uv run` among this process's ancestors Ray would instead start them as
+# `uv run` (at this machine's path of uv) in a copy of the current directory,
+# uploaded to the cluster, whose fedsim would then shadow the installed one.
+_RAY_ENVIRONMENT = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_enable_metrics_collection": "0",
+                    "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
 
 class ClusterProcess(RoundProcess, RoundPhases):
   """An `InProcessProcess` whose clients run on Ray actors: a `RoundProcess`, its own phases.
@@ -57,7 +62,7 @@ class ClusterProcess(RoundProcess, RoundPhases):
       RunFailed: an actor could not be built (one line: its error), or the
         actors were not ready within `runtime.timeout_s`.
     """
-    for name, value in _QUIET_RAY.items():
+    for name, value in _RAY_ENVIRONMENT.items():
       os.environ.setdefault(name, value)  # read at import and by the nodes ray.init starts
     import ray  # pylint: disable=g-import-not-at-top
     self._ray = ray
@@ -305,7 +310,7 @@ def connect(address: str, key: str, num_cpus: float, num_gpus: float = 0.0) -> R
     UserError: naming `key`: Ray already initialized in this process, a
       malformed address, or no cluster there.
   """
-  for name, value in _QUIET_RAY.items():
+  for name, value in _RAY_ENVIRONMENT.items():
     os.environ.setdefault(name, value)  # read at import and by the nodes ray.init starts
   import ray  # pylint: disable=g-import-not-at-top
   if ray.is_initialized():  # e.g. a notebook's own ray.init: reuse, never stop it
@@ -316,7 +321,7 @@ def connect(address: str, key: str, num_cpus: float, num_gpus: float = 0.0) -> R
   if address == "local":
     reaper = Reaper()  # before ray.init: a driver killed during it is swept too
     try:
-      with reaper.tagged(), process_handlers_kept():
+      with reaper.tagged(), process_handlers_kept(), ray_log_off_the_terminal():
         ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus or None,
                  object_store_memory=_LOCAL_OBJECT_STORE_BYTES, **options)
     except BaseException:
@@ -326,7 +331,7 @@ def connect(address: str, key: str, num_cpus: float, num_gpus: float = 0.0) -> R
   target = auto_address(key) if address == "auto" else address
   check_reachable(target, address, key)
   try:
-    with process_handlers_kept():
+    with process_handlers_kept(), ray_log_off_the_terminal():
       ray.init(address=target, **options)
   except (ConnectionError, RuntimeError) as e:
     raise UserError(f"{key}: cannot connect to the Ray cluster at {target}:"
