@@ -30,9 +30,12 @@ class RoundGraphs(NamedTuple):
 
 
 def build_round_graphs(form, state_type, data_leaves: Sequence[Any], kept: Sequence[int],
-                       kept_specs: Sequence[tf.TensorSpec], device: str) -> RoundGraphs:
+                       kept_specs: Sequence[tf.TensorSpec], device: str,
+                       unsummed: Sequence[int] = ()) -> RoundGraphs:
   """The graphs of `form`'s round on `device`; `kept` are the indices of `work`'s
   outputs that are a client's new state, of `kept_specs` (none when stateless).
+  `unsummed`: indices of accumulator leaves the client loop leaves at `zero()`
+  (the sum of the kept states, which nothing reads: each client's is stacked).
 
   Raises:
     computations.NotTensorFlow: a phase is not plain TensorFlow.
@@ -44,6 +47,7 @@ def build_round_graphs(form, state_type, data_leaves: Sequence[Any], kept: Seque
   data_specs = tuple(tf.TensorSpec([None, *t.shape[1:]], tf.as_dtype(t.dtype))
                      for t in data_leaves)
   offset_spec = tf.TensorSpec([len(data_leaves), None], tf.int32)
+  skipped = frozenset(unsummed)
 
   def client_slice(leaf_type, concatenated, start, end):
     part = concatenated[start:end]
@@ -65,7 +69,9 @@ def build_round_graphs(form, state_type, data_leaves: Sequence[Any], kept: Seque
                  for j, (t, d) in enumerate(zip(data_leaves, data))]
       upload = work(*batches, *client_input)
       kept_arrays = tuple(a.write(i, upload[k]) for a, k in zip(kept_arrays, kept))
-      summed = accumulate(*acc, *upload)
+      summed = list(accumulate(*acc, *upload))
+      for j in skipped:  # the adds then feed nothing, and TensorFlow prunes them
+        summed[j] = acc[j]
       for a, spec in zip(summed, acc_specs):
         a.set_shape(spec.shape)  # static only: no op per client and leaf
       return i + 1, tuple(summed), kept_arrays
