@@ -78,11 +78,10 @@ def build_scaffold(params: ScaffoldParams, task: Task) -> FederatedAlgorithm:
     # client without a step takes a branch of its own rather than a mask.
     def changed():
       scale = 1.0 / (result.steps * lr)
-      delta_c = tuple(scale * u - s for u, s in zip(update, c))
-      return delta_c, tuple(own + d for own, d in zip(c_i, delta_c))
+      return tuple(scale * u - s for u, s in zip(update, c))
 
-    delta_c, new_c_i = tf.cond(result.steps > 0, changed,
-                               lambda: (tuple(tf.zeros_like(s) for s in c), c_i))
+    delta_c = tf.cond(result.steps > 0, changed, lambda: tuple(tf.zeros_like(s) for s in c))
+    new_c_i = tuple(own + d for own, d in zip(c_i, delta_c))
     weight = tf.constant(1.0) if uniform else result.stats.num_examples
     return (update, weight, result.stats,
             collections.OrderedDict(control_variate=new_c_i), delta_c)
