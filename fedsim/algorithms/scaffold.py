@@ -74,10 +74,13 @@ def build_scaffold(params: ScaffoldParams, task: Task) -> FederatedAlgorithm:
     update = tuple(start - y for start, y in zip(x, result.weights))
     # Option II as a change: Delta c_i = c_i+ - c_i = (x - y) / (K lr_l) - c, none for
     # a client without a step. Each line is a pass over the model, which on small
-    # batches costs more than the arithmetic: x - y is computed once.
-    ran = tf.cast(result.steps > 0, tf.float32)
-    scale = ran / (tf.maximum(result.steps, 1.0) * lr)
-    delta_c = tuple(scale * u - ran * s for u, s in zip(update, c))
+    # batches costs more than the arithmetic: x - y is computed once, and the
+    # client without a step takes a branch of its own rather than a mask.
+    def changed():
+      scale = 1.0 / (result.steps * lr)
+      return tuple(scale * u - s for u, s in zip(update, c))
+
+    delta_c = tf.cond(result.steps > 0, changed, lambda: tuple(tf.zeros_like(s) for s in c))
     new_c_i = tuple(own + d for own, d in zip(c_i, delta_c))
     weight = tf.constant(1.0) if uniform else result.stats.num_examples
     return (update, weight, result.stats,

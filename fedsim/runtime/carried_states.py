@@ -87,17 +87,36 @@ def new_state_leaves(form, state_type) -> list[int]:
   """
   if state_type is None:
     return []
+  found = _marked_leaves(form.work.type_signature.result[0])
+  if found is None:
+    raise NotCarried("the compiled round does not return the clients' new states")
+  return found
+
+
+def summed_state_leaves(form, state_type) -> list[int]:
+  """Indices of the accumulator's flat leaves that hold the sum of the clients'
+  new states or outputs ([] without one, or when the accumulator does not keep
+  that field apart). The sum only carries each client's own value out of `work`
+  and is dropped, so a client loop may skip accumulating it: a pass over the
+  state per client."""
+  if state_type is None:
+    return []
+  return _marked_leaves(form.zero.type_signature.result) or []
+
+
+def _marked_leaves(struct_type) -> list[int] | None:
+  """The flat leaf indices of `struct_type`'s element that is a struct holding only
+  `NEW_CLIENT_STATES`, or None."""
   from fedsim.learning.composer import NEW_CLIENT_STATES
-  aggregated = form.work.type_signature.result[0]
   start = 0
-  for _, element in tff.structure.iter_elements(aggregated):
+  for _, element in tff.structure.iter_elements(struct_type):
     count = len(computations.tensor_leaves(element))
     if isinstance(element, tff.StructType):
       names = [n for n, _ in tff.structure.iter_elements(element)]
       if names == [NEW_CLIENT_STATES]:
         return list(range(start, start + count))
     start += count
-  raise NotCarried("the compiled round does not return the clients' new states")
+  return None
 
 
 def paired(client_data: Sequence[Any], client_states: Sequence[Any] | None, stateful: bool):

@@ -123,12 +123,13 @@ class InProcessProcess(RoundProcess, RoundPhases):
     self._init = computations.concrete_function(init, "initialize")
     try:
       kept = carried_states.new_state_leaves(form, self._output_type)
+      unsummed = carried_states.summed_state_leaves(form, self._output_type)
     except carried_states.NotCarried as e:
       raise NotCompilable(str(e)) from None
     kept_specs = [tf.TensorSpec(t.shape, tf.as_dtype(t.dtype))
                   for t in computations.tensor_leaves(self._output_type)]
     graphs = build_round_graphs(form, self._state_type, self._data_leaves, kept, kept_specs,
-                                self.device)
+                                self.device, unsummed)
     self._start, self._clients = graphs.start, graphs.clients
     self._merge, self._finish = graphs.merge, graphs.finish
     # Its one trace, called on flat tensors: skips tf.function's dispatch

@@ -30,9 +30,12 @@ class RoundGraphs(NamedTuple):
 
 
 def build_round_graphs(form, state_type, data_leaves: Sequence[Any], kept: Sequence[int],
-                       kept_specs: Sequence[tf.TensorSpec], device: str) -> RoundGraphs:
+                       kept_specs: Sequence[tf.TensorSpec], device: str,
+                       unsummed: Sequence[int] = ()) -> RoundGraphs:
   """The graphs of `form`'s round on `device`; `kept` are the indices of `work`'s
   outputs that are a client's new state, of `kept_specs` (none when stateless).
+  `unsummed`: indices of accumulator leaves the client loop leaves at `zero()`
+  (the sum of the kept states, which nothing reads: each client's is stacked).
 
   Raises:
     computations.NotTensorFlow: a phase is not plain TensorFlow.
@@ -44,12 +47,28 @@ def build_round_graphs(form, state_type, data_leaves: Sequence[Any], kept: Seque
   data_specs = tuple(tf.TensorSpec([None, *t.shape[1:]], tf.as_dtype(t.dtype))
                      for t in data_leaves)
   offset_spec = tf.TensorSpec([len(data_leaves), None], tf.int32)
+  skipped = frozenset(unsummed)
 
-  def client_slice(leaf_type, concatenated, start, end):
-    part = concatenated[start:end]
-    if not leaf_type.shape:  # scalars travel as [1] slices
-      return tf.reshape(part, [])
-    return tf.ensure_shape(part, leaf_type.shape)
+  fixed = [all(d is not None for d in t.shape) for t in data_leaves]
+
+  def per_client(j, concatenated, offsets):
+    """A leaf of one shape for every client (a client state's) as [clients,
+    *shape]: a reshape, checked against the offsets once per call, not per client."""
+    if not fixed[j]:
+      return concatenated
+    shape = data_leaves[j].shape
+    rows = shape[0] if shape else 1  # scalars travel as [1] slices
+    tf.debugging.assert_equal(offsets[j, 1:] - offsets[j, :-1], rows,
+                              message="a client's value has another shape than its type's")
+    return tf.reshape(concatenated, [-1, *shape])
+
+  def client_slice(j, leaf, offsets, i):
+    if fixed[j]:
+      # A row of [clients, *shape] is taken in place when a row is a multiple
+      # of 64 bytes (a whole kernel); a range of the concatenation is copied
+      # unless each of its own rows is (a 200-wide float kernel's are 800 bytes).
+      return leaf[i]
+    return tf.ensure_shape(leaf[offsets[j, i]:offsets[j, i + 1]], data_leaves[j].shape)
 
   def start_graph(state):
     return tuple(prepare(*state)), tuple(zero())
@@ -60,12 +79,15 @@ def build_round_graphs(form, state_type, data_leaves: Sequence[Any], kept: Seque
     kept_arrays = tuple(tf.TensorArray(spec.dtype, size=count, element_shape=spec.shape)
                         for spec in kept_specs)
 
+    leaves = [per_client(j, d, offsets) for j, d in enumerate(data)]
+
     def body(i, acc, kept_arrays):
-      batches = [client_slice(t, d, offsets[j, i], offsets[j, i + 1])
-                 for j, (t, d) in enumerate(zip(data_leaves, data))]
+      batches = [client_slice(j, leaf, offsets, i) for j, leaf in enumerate(leaves)]
       upload = work(*batches, *client_input)
       kept_arrays = tuple(a.write(i, upload[k]) for a, k in zip(kept_arrays, kept))
-      summed = accumulate(*acc, *upload)
+      summed = list(accumulate(*acc, *upload))
+      for j in skipped:  # the adds then feed nothing, and TensorFlow prunes them
+        summed[j] = acc[j]
       for a, spec in zip(summed, acc_specs):
         a.set_shape(spec.shape)  # static only: no op per client and leaf
       return i + 1, tuple(summed), kept_arrays
