@@ -42,7 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tensorflow as tf  # noqa: E402
 
 import workloads  # noqa: E402  (bench/workloads.py)
-from fedsim.experiment.simulation import client_batches  # noqa: E402
+from fedsim.experiment.round_clients import RoundClients  # noqa: E402
 from fedsim.runtime import inprocess, lockstep  # noqa: E402
 
 try:  # where TF 2.14 ships the profiler's trace format
@@ -94,7 +94,7 @@ class Rounds:
 def build(count: int, device: str, memory_mb: int):
   work = workloads.Workload("W2", num_clients=count)
   ids = work.clients(count)
-  packed = list(client_batches(work.sim, 1, ids).values())
+  packed = list(RoundClients(work.sim, 1, ids))
   runs = {
       "inprocess": Rounds(inprocess.InProcessProcess(work.sim.algorithm.process, device), packed),
       "lockstep": Rounds(lockstep.LockstepRound(work.sim.algorithm, device, memory_mb * 2**20),
