@@ -257,7 +257,9 @@ def _build_key(config, model: TaskModel, task: Task, entry) -> tuple:
   of: the model's config and builder, its precision, its types and its initial
   weights' values)."""
   builder = getattr(config.model.params, "builder", None)
-  code = id(resolve(builder, key="model")) if isinstance(builder, str) and builder else None
+  # The function itself (hashed by identity), so the key keeps it alive: a
+  # reloaded module's new function can never take a collected one's id.
+  code = resolve(builder, key="model") if isinstance(builder, str) and builder else None
   digest = hashlib.sha256()
   for array in (*model.initial_weights.trainable, *model.initial_weights.non_trainable):
     array = np.ascontiguousarray(array)
