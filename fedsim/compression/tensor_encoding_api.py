@@ -16,13 +16,15 @@ tensor_encoding's stages draw unseeded random numbers inside the computation;
 fedsim seeds those draws (`seeded`, which `chain` applies and fedsim applies
 to every `Encoder` a registered builder returns, however it was composed), so
 a user's encoder of them repeats and decodes what it encoded on every runtime. fedsim's own encoders
-use `SeededUniformQuantizationStage` and `SeededHadamardStage` instead (the
-latter with signs of each client's own, sent with its value); their noise
+use `SeededUniformQuantizationStage`, `SeededHadamardStage` and `SeededKashinStage`
+instead (the rotations with signs of each client's own, sent with its value):
+they live here, not in `fedsim.compression.stages`, because they override
+tensor_encoding's private methods and read its `tf_utils`. Their noise
 seeds are `fedsim.compression.noise_seeds`' (`noise_key`, `noise_round`,
 `noise_seed`, `salt_or_current`, re-exported here for user stages). What a bit-packing
 stage writes is read here (`packing_bits`, `unpack_symbols`) and analysed in
-`fedsim.compression.bit_packing`; the built-in encoders are assembled in
-`fedsim.compression.encoders`.
+`fedsim.compression.bit_packing`; the built-in encoders are registered in
+`fedsim.compression.encoder_catalog` and assembled in `fedsim.compression.encoders`.
 """
 
 from __future__ import annotations
