@@ -28,7 +28,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fedsim.backend import computations
-from fedsim.backend.mapreduce import map_reduce_form
+from fedsim.backend.mapreduce import map_reduce_form, state_initialization
 from fedsim.runtime import carried_states
 from fedsim.runtime.chunks import chunks as client_chunks, concatenate
 from fedsim.runtime.contract import RoundPhases, RoundProcess
@@ -119,7 +119,7 @@ class InProcessProcess(RoundProcess, RoundPhases):
       raise NotCompilable("the process uses secure aggregation")
     if not form.prepare.type_signature.parameter.is_equivalent_to(self._state_type):
       raise NotCompilable("its MapReduceForm prepares from part of the server state")
-    init = tff.backends.mapreduce.get_state_initialization_computation(process.initialize)
+    init = state_initialization(process.initialize)
     self._init = computations.concrete_function(init, "initialize")
     try:
       kept = carried_states.new_state_leaves(form, self._output_type)

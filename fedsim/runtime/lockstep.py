@@ -41,7 +41,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fedsim.backend import computations
-from fedsim.backend.mapreduce import map_reduce_form
+from fedsim.backend.mapreduce import map_reduce_form, state_initialization
 from fedsim.learning.client_work import ClientWork, metrics_finalizer, stateless_client_work
 from fedsim.learning.loss import dense_gradient, masked_loss, target_mask
 from fedsim.runtime.contract import RoundProcess
@@ -131,7 +131,7 @@ class LockstepRound(RoundProcess):
     return False
 
   def _build(self, form, replay) -> None:
-    init = tff.backends.mapreduce.get_state_initialization_computation(replay.initialize)
+    init = state_initialization(replay.initialize)
     self._init = computations.concrete_function(init, "initialize")
     prepare, work, zero, accumulate, _, report, update = computations.form_phases(form)
     acc_specs = tuple(computations.tensor_specs(form.zero.type_signature.result))
