@@ -26,6 +26,7 @@ import time
 import numpy as np
 import pytest
 
+from fedsim import cli
 from fedsim.reporting.rundir import read_status
 from fedsim.state.checkpoint import intact_checkpoints
 
@@ -170,12 +171,12 @@ def _assert_equal_studies(got: pathlib.Path, want: pathlib.Path, runs=RUNS, roun
         np.testing.assert_array_equal(a[x], b[y])
 
 
-def _reference(tmp: pathlib.Path, text: str) -> pathlib.Path:
-  """The uninterrupted study of `text`, one process, sequential."""
+def _reference(tmp: pathlib.Path, text: str, *args: str) -> pathlib.Path:
+  """The uninterrupted study of `text`, sequential, in this process (no
+  TensorFlow import of its own; the runs it is compared with play in others)."""
   (tmp / "proof.yaml").write_text(text)
-  process = _fedsim(str(tmp / "proof.yaml"), "--logdir", str(tmp / "runs"))
-  out, err = process.communicate(timeout=TIMEOUT_S)
-  assert process.returncode == 0, err
+  assert cli.main(["run", str(tmp / "proof.yaml"), *args, "--logdir", str(tmp / "runs"),
+                   "--no-progress"]) == 0
   return tmp / "runs" / "proof"
 
 

@@ -30,7 +30,8 @@ from fedsim.study.on_ray import run_resources
 from tests.chaos.processes import MARKER, kill_marked, left_after, marked
 from tests.ray_cluster import RAY, _free_port, _ours, _stop
 from tests.study.test_interrupted_study import (CONFIG, TIMEOUT_S, _assert_equal_studies,
-                                                _ctrl_c_through_uv, _fedsim, _lines, _start)
+                                                _ctrl_c_through_uv, _fedsim, _lines,
+                                                _reference, _start)
 
 RUNS = [f"sgd-seed{s}" for s in range(3)]
 
@@ -73,13 +74,8 @@ def test_a_run_asks_ray_for_what_its_config_declares(runtime, want):
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> pathlib.Path:
-  """The sgd variant's 3 runs, sequential, one process."""
-  tmp = tmp_path_factory.mktemp("reference")
-  (tmp / "proof.yaml").write_text(CONFIG)
-  process = _fedsim(str(tmp / "proof.yaml"), "--variant", "sgd", "--logdir", str(tmp / "runs"))
-  _, err = process.communicate(timeout=TIMEOUT_S)
-  assert process.returncode == 0, err
-  return tmp / "runs" / "proof"
+  """The sgd variant's 3 runs, sequential, in this process."""
+  return _reference(tmp_path_factory.mktemp("reference"), CONFIG, "--variant", "sgd")
 
 
 def _marked(args: list[str], marker: str) -> subprocess.Popen:
