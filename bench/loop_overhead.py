@@ -60,7 +60,7 @@ def child(rounds: int, warmup: int, breakdown: bool, user_callback: bool) -> dic
   parts: dict[str, float] = {}
   if breakdown:
     _time_parts(parts)
-  ends, own, split = [], [], []
+  ends, own, split, cpu = [], [], [], []
   # Stamped after the run's callbacks, as a wrapper rather than a callback of
   # the user's: user code makes the loop wait for each checkpoint's write
   # (it sees it on disk), which a run without any does not.
@@ -69,6 +69,7 @@ def child(rounds: int, warmup: int, breakdown: bool, user_callback: bool) -> dic
   def stamped(self, run, record):
     stop = after_round(self, run, record)
     ends.append(time.perf_counter())
+    cpu.append((_machine_busy_seconds(), time.process_time()))
     own.append(record.metrics["round_seconds"])
     split.append(dict(parts))
     parts.clear()
@@ -83,13 +84,24 @@ def child(rounds: int, warmup: int, breakdown: bool, user_callback: bool) -> dic
   timed = range(max(warmup, 1), rounds - 1)
   wall = [1000 * (ends[r] - ends[r - 1]) for r in timed]
   runtime = [1000 * own[r] for r in timed]
-  out = {"wall": wall, "round_seconds": runtime,
+  first, last = timed[0] - 1, timed[-1]
+  others = ((cpu[last][0] - cpu[first][0]) - (cpu[last][1] - cpu[first][1])) / (
+      ends[last] - ends[first])
+  out = {"wall": wall, "round_seconds": runtime, "others_cpus": others,
          "loop": [w - s for w, s in zip(wall, runtime)],
          "checkpoint_round": [(r + 1) % CHECKPOINT_EVERY == 0 for r in timed]}
   if breakdown:
     names = sorted({name for r in timed for name in split[r]})
     out["parts"] = {name: [1000 * split[r].get(name, 0.0) for r in timed] for name in names}
   return out
+
+
+def _machine_busy_seconds() -> float:
+  """CPU seconds every process of the machine has used since boot (/proc/stat)."""
+  with open("/proc/stat", encoding="ascii") as f:
+    user, nice, system, idle, iowait, irq, softirq, steal = map(int, f.readline().split()[1:9])
+  del idle, iowait
+  return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def _time_parts(parts: dict[str, float]) -> None:
@@ -141,12 +153,14 @@ def _table(label: str, runs: list[dict]) -> list[float]:
   for i, run in enumerate(runs):
     at_checkpoint = [x for x, c in zip(run["loop"], run["checkpoint_round"]) if c]
     print(f"| {label} {i + 1} | {_summary(run['wall'])} | {_summary(run['round_seconds'])} |"
-          f" {_summary(run['loop'])} | {statistics.mean(at_checkpoint):.2f} |")
+          f" {_summary(run['loop'])} | {statistics.mean(at_checkpoint):.2f} |"
+          f" {run['others_cpus']:.2f} |")
   loop = [x for run in runs for x in run["loop"]]
   at_checkpoint = [x for r in runs for x, c in zip(r["loop"], r["checkpoint_round"]) if c]
   print(f"| {label} all | {_summary([x for r in runs for x in r['wall']])} |"
         f" {_summary([x for r in runs for x in r['round_seconds']])} | {_summary(loop)} |"
-        f" {statistics.mean(at_checkpoint):.2f} |")
+        f" {statistics.mean(at_checkpoint):.2f} |"
+        f" {statistics.mean([r['others_cpus'] for r in runs]):.2f} |")
   return loop
 
 
@@ -184,8 +198,8 @@ def main() -> None:
     for label, tree in trees.items():
       runs[label].append(_run([sys.executable, str(HERE / "loop_overhead.py"), *flags], tree))
   print("| run | wall ms/round | round_seconds ms | loop's own ms | loop's own ms,"
-        " checkpoint rounds (mean) |")
-  print("|---|---|---|---|---|")
+        " checkpoint rounds (mean) | other processes' CPUs |")
+  print("|---|---|---|---|---|---|")
   loops = {label: _table(label, label_runs) for label, label_runs in runs.items()}
   for label, loop in loops.items():
     print(f"\nThe loop's own time per round on W2 ({label}, all runs): median"
