@@ -89,6 +89,11 @@ def _format_lines(rows: Iterable[list[str]]) -> str:
 
 def _cell(value: Any) -> str:
   # repr(float) round-trips exactly; integers (counts, bits) stay integers.
+  kind = type(value)
+  if kind is float:  # most cells: no abstract-class checks
+    return repr(value)
+  if kind is int:
+    return str(value)
   if isinstance(value, str):  # e.g. clients.csv's client ids
     return value
   if isinstance(value, numbers.Integral):
@@ -132,6 +137,7 @@ class CsvSink:
     """
     self._path = pathlib.Path(path)
     self._columns: list[str] = []
+    self._known: frozenset[str] = frozenset()  # the columns, looked up per cell
     self._file = None
     if self._path.exists():
       header, rows, torn = _read_table(self._path)
@@ -145,7 +151,7 @@ class CsvSink:
         kept = [r for r in rows if _round_of(r, self._path) <= resume_after_round]
       if torn or len(kept) != len(rows):
         write_text_atomic(self._path, _format_lines([header, *kept]))
-      self._columns = header
+      self._columns, self._known = header, frozenset(header)
       self._file = open(self._path, "a", encoding="utf-8", newline="")
 
   @property
@@ -164,7 +170,7 @@ class CsvSink:
       raise ValueError(f"metrics['{ROUND}'] = {metrics[ROUND]} but round_num = {round_num}")
     row = {ROUND: _cell(round_num)}
     row.update((k, _cell(v)) for k, v in metrics.items() if k != ROUND)
-    new = [k for k in row if k not in self._columns]
+    new = [k for k in row if k not in self._known]
     try:
       if self._file is None or new:
         self._rewrite(new, row)
@@ -183,6 +189,7 @@ class CsvSink:
       _, old, _ = _read_table(self._path)
       self.close()
     self._columns = self._columns + new_columns
+    self._known = frozenset(self._columns)
     width = len(self._columns)
     lines = [self._columns]
     lines += [r + [""] * (width - len(r)) for r in old]
