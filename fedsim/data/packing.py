@@ -104,6 +104,9 @@ def packed_examples(n: int, batch_size: int, *, epochs: int = 1,
 def _gather(examples: Examples, index: np.ndarray) -> ClientBatches:
   """Batches holding examples[index], with zeros and mask 0 where index is -1."""
   real = index >= 0
+  if real.all():  # no padding (e.g. W2's 100 examples in batches of 20): ~3x faster
+    return ClientBatches(examples.x[index], examples.y[index].astype(np.int32, copy=False),
+                         np.ones(index.shape, np.float32))
   safe = np.where(real, index, 0)
   x = examples.x[safe]  # keep the dataset dtype: float32 features or int32 token ids
   y = examples.y[safe].astype(np.int32, copy=False)

@@ -51,6 +51,9 @@ class ClientSampler:
       # round does not depend on the other clients' draws or on the count.
       rng = np.random.default_rng([self.seed, POISSON_STREAM, round_num])
       chosen = np.flatnonzero(rng.random(population) < self.poisson_rate)
+    elif count == population:
+      # What the draw below gives; seeding a generator is ~0.1 ms of a W2 round's loop.
+      return list(self.client_ids)
     else:
       rng = np.random.default_rng([self.seed, SAMPLE_STREAM, round_num])
       chosen = np.sort(rng.choice(population, count, replace=False))

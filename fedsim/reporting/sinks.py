@@ -21,6 +21,7 @@ import numbers
 import os
 import pathlib
 import socket
+import struct
 import time
 from typing import Any, Iterable, Mapping, Protocol
 
@@ -88,6 +89,11 @@ def _format_lines(rows: Iterable[list[str]]) -> str:
 
 def _cell(value: Any) -> str:
   # repr(float) round-trips exactly; integers (counts, bits) stay integers.
+  kind = type(value)
+  if kind is float:  # most cells: no abstract-class checks
+    return repr(value)
+  if kind is int:
+    return str(value)
   if isinstance(value, str):  # e.g. clients.csv's client ids
     return value
   if isinstance(value, numbers.Integral):
@@ -131,6 +137,7 @@ class CsvSink:
     """
     self._path = pathlib.Path(path)
     self._columns: list[str] = []
+    self._known: frozenset[str] = frozenset()  # the columns, looked up per cell
     self._file = None
     if self._path.exists():
       header, rows, torn = _read_table(self._path)
@@ -144,7 +151,7 @@ class CsvSink:
         kept = [r for r in rows if _round_of(r, self._path) <= resume_after_round]
       if torn or len(kept) != len(rows):
         write_text_atomic(self._path, _format_lines([header, *kept]))
-      self._columns = header
+      self._columns, self._known = header, frozenset(header)
       self._file = open(self._path, "a", encoding="utf-8", newline="")
 
   @property
@@ -163,7 +170,7 @@ class CsvSink:
       raise ValueError(f"metrics['{ROUND}'] = {metrics[ROUND]} but round_num = {round_num}")
     row = {ROUND: _cell(round_num)}
     row.update((k, _cell(v)) for k, v in metrics.items() if k != ROUND)
-    new = [k for k in row if k not in self._columns]
+    new = [k for k in row if k not in self._known]
     try:
       if self._file is None or new:
         self._rewrite(new, row)
@@ -182,6 +189,7 @@ class CsvSink:
       _, old, _ = _read_table(self._path)
       self.close()
     self._columns = self._columns + new_columns
+    self._known = frozenset(self._columns)
     width = len(self._columns)
     lines = [self._columns]
     lines += [r + [""] * (width - len(r)) for r in old]
@@ -232,7 +240,9 @@ class TensorBoardSink:
   new `events.out.tfevents.*` file by TensorFlow's record writer, without
   running TensorFlow ops: a summary op costs ~0.3 ms of eager dispatch, ~8 ms
   a round for W2's ~30 metrics, a third of its loop around the compiled
-  round; this costs ~0.2 ms.
+  round. Each event's bytes are joined from parts serialized once per tag
+  (the bytes protobuf would give: see `_scalar_event_parts`), ~5x faster
+  than setting and serializing the message each time.
   """
 
   def __init__(self, log_dir: str | os.PathLike):
@@ -248,7 +258,7 @@ class TensorBoardSink:
     # opened by one process in one second apart.
     self._path = log_dir / (f"events.out.tfevents.{int(time.time()):010d}."
                             f"{socket.gethostname()}.{os.getpid()}.{next(_EVENT_FILES)}.v2")
-    self._events: dict[str, Any] = {}  # by tag: the event rewritten at each write
+    self._events: dict[str, tuple[bytes, bytes]] = {}  # by metric: `_scalar_event_parts`
     try:
       log_dir.mkdir(parents=True, exist_ok=True)
       self._writer = self._tf.io.TFRecordWriter(os.fspath(self._path))
@@ -274,15 +284,17 @@ class TensorBoardSink:
     # float32 in native byte order, as tf.summary.scalar stores it (a value
     # too large for float32 becomes inf).
     values = array.array("f", [float(metrics[name]) for name in names]).tobytes()
-    now, step = time.time(), int(round_num)
+    # Event fields 1 (wall_time, a double) and 2 (step, a varint; absent when 0, as
+    # protobuf leaves a default out), then the summary.
+    step = int(round_num)
+    head = b"\x09" + struct.pack("<d", time.time()) + (
+        b"\x10" + _varint(step) if step else b"")
     try:
       for i, name in enumerate(names):
-        event = self._events.get(name)
-        if event is None:
-          event = self._events[name] = _scalar_event(board_tag(name))
-        event.wall_time, event.step = now, step
-        event.summary.value[0].tensor.tensor_content = values[4 * i:4 * i + 4]
-        self._writer.write(event.SerializeToString())
+        parts = self._events.get(name)
+        if parts is None:
+          parts = self._events[name] = _scalar_event_parts(board_tag(name))
+        self._writer.write(head + parts[0] + values[4 * i:4 * i + 4] + parts[1])
       self._writer.flush()
     except self._tf.errors.OpError as e:
       raise os_error_from_tf(e, self._path) from None
@@ -312,6 +324,28 @@ def _scalar_event(tag: str) -> Any:
           plugin_name=scalar_metadata.PLUGIN_NAME)),
       tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT,
                                     tensor_shape=tensor_shape_pb2.TensorShapeProto()))]))
+
+
+def _scalar_event_parts(tag: str) -> tuple[bytes, bytes]:
+  """The serialized event of `tag` after its step, cut where its value's 4 bytes go:
+  field 5 (the summary) with its length, the summary up to the value, the rest."""
+  marker = b"\xde\xad\xbe\xef"
+  event = _scalar_event(tag)
+  event.summary.value[0].tensor.tensor_content = marker
+  summary = event.summary.SerializeToString()
+  before, after = summary.split(marker)  # the tag is text: the marker is not valid UTF-8
+  return b"\x2a" + _varint(len(summary)) + before, after
+
+
+def _varint(value: int) -> bytes:
+  """`value` as a protobuf varint (an int64's two's complement when negative)."""
+  value &= 2**64 - 1
+  out = bytearray()
+  while value > 0x7f:
+    out.append(value & 0x7f | 0x80)
+    value >>= 7
+  out.append(value)
+  return bytes(out)
 
 
 class CompositeSink:

@@ -8,7 +8,8 @@ are fixed then) and this writer commits it while the next round runs. What a
 crash keeps is what it kept when the loop wrote in line:
 
 * One checkpoint is in flight at a time, in round order: the next one is
-  staged only once the previous is durable.
+  staged only once the previous is durable and the checkpoints it replaced
+  are deleted (`settle`; the deletions run after `wait` has returned).
 * The checkpoint of round R is durable before anything of round R+1 is
   logged (`wait`, called before the logs of every round): whoever sees a
   row of round R+1 in metrics.csv or TensorBoard can count on it, as a
@@ -39,16 +40,24 @@ class CheckpointWriter:
 
   def __init__(self):
     self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-    self._pending: concurrent.futures.Future | None = None
+    self._pending: concurrent.futures.Future | None = None   # durable
+    self._pruning: concurrent.futures.Future | None = None   # durable, then pruned
 
   def submit(self, staged: StagedCheckpoint) -> None:
-    """Starts writing `staged`; the write before it must be done (`wait`)."""
+    """Starts writing `staged`, once the write before it is settled.
+
+    The write before must have been waited for (`wait`), and `staged` staged
+    after `settle`: the deletions that follow a write delete staging directories.
+    """
     if self._pending is not None:
       raise RuntimeError("a checkpoint is still being written; wait() first")
+    self.settle()
     if self._pool is None:
       self._pool = concurrent.futures.ThreadPoolExecutor(
           max_workers=1, thread_name_prefix="fedsim-checkpoint")
-    self._pending = self._pool.submit(staged.commit)
+    durable = self._pending = concurrent.futures.Future()
+    durable.set_running_or_notify_cancel()
+    self._pruning = self._pool.submit(_write, staged, durable)
 
   def wait(self) -> None:
     """Returns once the write in flight (if any) is durable.
@@ -65,16 +74,44 @@ class CheckpointWriter:
       if self._pending.done():  # not when a signal interrupted the wait
         self._pending = None
 
+  def settle(self) -> None:
+    """`wait`, then returns once the checkpoints it replaced are deleted too.
+
+    Raises:
+      HostError, OSError: as `wait`, or if the old checkpoints could not be listed.
+    """
+    try:
+      self.wait()
+    finally:
+      # After a failed write too (nothing to delete then); not after a signal
+      # interrupted the wait, which would block here again.
+      if self._pruning is not None and self._pending is None:
+        try:
+          self._pruning.result()
+        finally:
+          if self._pruning.done():
+            self._pruning = None
+
   def close(self, quietly: bool = False) -> None:
-    """`wait`, then ends the thread. `quietly`: for a run ending on another
+    """`settle`, then ends the thread. `quietly`: for a run ending on another
     error, whose checkpoint write may have failed too (the previous
     checkpoint then stays the newest; the run's error says what failed)."""
     try:
-      self.wait()
+      self.settle()
     except Exception:  # pylint: disable=broad-except
       if not quietly:
         raise
     finally:
-      if self._pool is not None and self._pending is None:
+      if self._pool is not None and self._pending is None and self._pruning is None:
         self._pool.shutdown()
         self._pool = None
+
+
+def _write(staged: StagedCheckpoint, durable: concurrent.futures.Future) -> None:
+  """On the writer's thread: commits `staged`, tells `durable`, then prunes."""
+  try:
+    durable.set_result(staged.commit())
+  except BaseException as e:  # pylint: disable=broad-except
+    durable.set_exception(e)  # raised by `wait`; nothing to prune
+    return
+  staged.prune()

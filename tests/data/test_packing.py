@@ -31,6 +31,18 @@ def test_one_epoch_without_shuffle_is_consecutive_batches_with_the_last_padded()
   assert batches.num_examples == 7
 
 
+def test_batches_without_padding_are_copies_of_the_examples_with_a_full_mask():
+  examples = Examples(numbered(6, (2,)).x, np.arange(6, dtype=np.int64))
+  batches = pack(examples, 3, shuffle=False)
+  assert indices(batches) == [[0, 1, 2], [3, 4, 5]]
+  assert (batches.x.dtype, batches.y.dtype, batches.mask.dtype) == (np.float32, np.int32,
+                                                                      np.float32)
+  np.testing.assert_array_equal(batches.x[1, :, 1], [4, 5, 6])
+  np.testing.assert_array_equal(batches.mask, np.ones((2, 3)))
+  batches.x[0, 0] = -1  # the batches are the runtime's own, not views of the data
+  assert examples.x[0, 0] == 1
+
+
 def test_epochs_never_mix_two_passes_in_a_batch():
   batches = pack(numbered(5), 2, epochs=2, shuffle=False)
   assert indices(batches) == [[0, 1], [2, 3], [4, -1], [0, 1], [2, 3], [4, -1]]

@@ -87,6 +87,13 @@ def test_no_profiles_keeps_the_compute_only_seed_semantics():
   assert out.uploaded == out.aggregated
 
 
+def test_constant_speeds_leave_the_stream_to_the_dropouts():
+  config = SystemConfig(dropout_probability=0.5)
+  out = simulate_round(config, IDS, EXAMPLES, 6, seed=3, round_num=8)
+  fails = np.random.default_rng([3, 10, 8]).random(6) < 0.5
+  assert out.failed == tuple(c for i, c in enumerate(IDS) if fails[i]) != ()
+
+
 def test_constant_profile_round_time_is_download_compute_upload():
   out = simulate_round(_network(), IDS, EXAMPLES, 4, seed=0, round_num=1,
                        wire_bits=WIRE, population=IDS)

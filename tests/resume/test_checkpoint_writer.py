@@ -71,6 +71,32 @@ def test_one_write_in_flight_and_a_failed_one_is_raised_at_the_next_wait(tmp_pat
   assert not [t for t in threading.enumerate() if t.name.startswith("fedsim-checkpoint")]
 
 
+def test_wait_returns_once_durable_and_settle_once_the_old_checkpoints_are_deleted(
+    tmp_path, monkeypatch):
+  writer = CheckpointWriter()
+  writer.submit(_stage(tmp_path, 1, 1.0, keep=1))
+  writer.settle()
+  pruning, release = threading.Event(), threading.Event()
+  prune = ckpt.StagedCheckpoint.prune
+
+  def held_prune(self):
+    pruning.set()
+    assert release.wait(10)
+    prune(self)
+
+  monkeypatch.setattr(ckpt.StagedCheckpoint, "prune", held_prune)
+  writer.submit(_stage(tmp_path, 2, 2.0, keep=1))
+  writer.wait()  # durable: round 2 is complete, round 1 not yet deleted
+  assert pruning.wait(10)
+  assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["round_1", "round_2"]
+  assert ckpt.latest_checkpoint(tmp_path).round_num == 2
+  release.set()
+  writer.settle()
+  assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["round_2"]
+  writer.close()
+  assert not [t for t in threading.enumerate() if t.name.startswith("fedsim-checkpoint")]
+
+
 def test_quiet_close_settles_the_write_and_drops_its_error(tmp_path, monkeypatch):
   writer = CheckpointWriter()
   writer.submit(_stage(tmp_path, 1, 1.0))

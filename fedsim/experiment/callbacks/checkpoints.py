@@ -48,7 +48,7 @@ class Checkpoints(Callback):
 
   def _save(self, run: Run) -> None:
     config = run.sim.config
-    self._writer.wait()
+    self._writer.settle()  # staging must follow the previous write's deletions
     if run.states is not None:
       run.states.flush()  # the checkpoint links the directory: it must hold this round's states
     self._writer.submit(stage_checkpoint(
