@@ -12,10 +12,10 @@ import tensorflow_federated as tff
 _FORMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 # TFF runs Grappler (aggressive constant folding, arithmetic, loop and memory
-# passes) over every graph it extracts, about 40% of a compile (W2 0.75 ->
-# 0.50 s, W1 1.40 -> 0.66 s). TensorFlow runs Grappler again when the runtime
-# first calls a graph, so skipping TFF's pass changed neither a round's
-# results (bit for bit) nor its time (W2 0.99x, W1 0.97x: bench/compile.py).
+# passes) over every graph it extracts, about 40% of a compile. TensorFlow runs
+# Grappler again when the runtime first calls a graph, so skipping TFF's pass
+# changed neither a round's results (bit for bit) nor its time (bench/compile.py,
+# figures in docs/explain/runtime.md).
 _NO_GRAPPLER = tf.compat.v1.ConfigProto()
 _NO_GRAPPLER.graph_options.rewrite_options.disable_meta_optimizer = True
 
