@@ -31,7 +31,8 @@ def map_reduce_form(process: tff.templates.IterativeProcess):
   if process not in _FORMS:
     from fedsim.backend.quiet import filtered_stderr
     try:
-      # TensorFlow logs harmless errors while TFF splits the computation.
+      # TensorFlow's known harmless lines (fedsim.backend.quiet), should TFF's
+      # compile print any, stay off the run's stderr; other lines pass.
       with filtered_stderr():
         _FORMS[process] = tff.backends.mapreduce.get_map_reduce_form_for_computation(
             process.next, _NO_GRAPPLER)
