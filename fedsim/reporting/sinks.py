@@ -255,9 +255,10 @@ class TensorBoardSink:
     from tensorboard.compat.proto import event_pb2  # pylint: disable=g-import-not-at-top
     log_dir = pathlib.Path(log_dir)
     # As TF's summary writer names its files; the counter keeps two sinks
-    # opened by one process in one second apart.
+    # opened by one process in one second apart, zero-padded because TensorBoard
+    # reads a directory's files in name order (unpadded, sink 10 came before 9).
     self._path = log_dir / (f"events.out.tfevents.{int(time.time()):010d}."
-                            f"{socket.gethostname()}.{os.getpid()}.{next(_EVENT_FILES)}.v2")
+                            f"{socket.gethostname()}.{os.getpid()}.{next(_EVENT_FILES):08d}.v2")
     self._events: dict[str, tuple[bytes, bytes]] = {}  # by metric: `_scalar_event_parts`
     try:
       log_dir.mkdir(parents=True, exist_ok=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
@@ -9,6 +11,7 @@ from tensorboard.plugins.hparams import metadata as hparams_metadata
 from tensorboard.plugins.hparams import plugin_data_pb2
 from tensorboard.util import tensor_util
 
+from fedsim.reporting import sinks
 from fedsim.reporting.board_tags import board_tag
 from fedsim.reporting.hparams import flat_hparams, informative_first, write_events, write_sessions
 from fedsim.reporting.run_records import Run
@@ -90,7 +93,9 @@ def test_events_are_those_tf_summary_scalar_writes(tmp_path):
                                                       "system/tiny": [(1, -np.inf)]}
 
 
-def test_two_sinks_of_one_second_write_two_files(tmp_path):
+def test_two_sinks_of_one_second_write_two_files_read_in_order(tmp_path, monkeypatch):
+  # The process's 10th and 11th sinks: their counters gain a digit between them.
+  monkeypatch.setattr(sinks, "_EVENT_FILES", itertools.count(9))
   for loss in (1.0, 2.0):
     sink = TensorBoardSink(tmp_path)
     sink.write(1, {"train/loss": loss})
