@@ -35,7 +35,9 @@ from tests.resume.final_models import assert_same_final_model
 
 # Enough rounds that a run stopped or killed at round 2-3 is still far from its
 # last round (the only checkpoint below); each round more costs every run here.
-ROUNDS = 12
+# At 12, a test starved on a loaded machine (load 10) saw round 2 and killed a
+# run that had meanwhile reached its last round.
+ROUNDS = 24
 CONFIG = {
     "name": "live", "seed": 4, "rounds": ROUNDS, "clients_per_round": 3,
     "data": {"name": "digits", "num_clients": 6, "partition": "iid", "batch_size": 32},
@@ -159,7 +161,7 @@ def _started_run(process: subprocess.Popen, experiment_dir: pathlib.Path,
     runs = list(experiment_dir.glob("*/metrics.csv"))
     if runs and runs[0].read_text().count("\n") > round_num:  # header + rows
       return runs[0].parent
-    time.sleep(0.05)
+    time.sleep(0.01)
   raise AssertionError(f"round {round_num} not reached in time")
 
 
