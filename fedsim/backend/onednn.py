@@ -10,7 +10,7 @@ next step's forward pass, so depending on that order the pass reaches a gradient
 before its pool, and leaves it on TensorFlow's own kernel: ~10x slower at W1's
 shapes (per step 4.6 vs 0.5 ms for a 20x28x28x32 pool and its gradient, 3.1 vs 0.2
 ms at 20x14x14x64, one thread). Which one a process got was a draw per gradient
-(TensorFlow's kernel in 14 of 18 builds of fedsim's W1 round, and in 1 of 6 of the
+(TensorFlow's kernel in 15 of 20 builds of fedsim's W1 round, and in 1 of 6 of the
 hand-written reference loop; docs/explain/runtime.md).
 
 Naming each pool as oneDNN's own op, with its workspace on, before TensorFlow sees
