@@ -19,6 +19,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from fedsim.backend import onednn
+
 
 def stock_tff_round(keras_model_fn: Callable[[], tf.keras.Model], clients, batch_size: int,
                     client_lr: float, server_lr: float) -> Callable[[], None]:
@@ -67,7 +69,15 @@ def cnn_forward(weights, x):
   return tf.matmul(h, weights[-2]) + weights[-1]
 
 
-FORWARD = {"mlp": mlp_forward, "cnn": cnn_forward}
+def simple_cnn_forward(weights, x):
+  """Logits of bench/workloads.py's `simple_cnn` (P1: two valid 3x3 convs + ReLU, one 2x2
+  max-pool, dense 128 + ReLU, dense)."""
+  h = tf.nn.relu(tf.nn.conv2d(x, weights[0], 1, "VALID") + weights[1])
+  h = tf.nn.relu(tf.nn.conv2d(h, weights[2], 1, "VALID") + weights[3])
+  h = tf.nn.max_pool2d(h, 2, 2, "VALID")
+  h = tf.reshape(h, [tf.shape(h)[0], -1])
+  h = tf.nn.relu(tf.matmul(h, weights[4]) + weights[5])
+  return tf.matmul(h, weights[6]) + weights[7]
 
 
 def training_flops(keras_model: tf.keras.Model) -> float:
@@ -91,7 +101,7 @@ def training_flops(keras_model: tf.keras.Model) -> float:
 
 
 def graph_loop_round(forward, initial_weights, packed, client_lr: float, server_lr: float,
-                     compute_dtype=tf.float32) -> Callable[[], None]:
+                     compute_dtype=tf.float32, pair_pools: bool = True) -> Callable[[], None]:
   """A no-arg function running one FedAvg round as one hand-written TF graph.
 
   `packed`: per-client dicts of `x [steps, batch, ...]`, `y`, `mask` (as
@@ -99,7 +109,9 @@ def graph_loop_round(forward, initial_weights, packed, client_lr: float, server_
   batches, as in the benchmark workloads, so the mean of deltas is the
   example-weighted one. `compute_dtype` bfloat16 runs forward and backward
   in bfloat16 from float32 weights (the weights, updates and SGD stay
-  float32). The state carries over calls.
+  float32). `pair_pools`: max-pool gradients on oneDNN's kernel for sure, as
+  fedsim's compiled round has them (`fedsim.backend.onednn`); False leaves it
+  to TensorFlow's layout pass, a draw per process. The state carries over calls.
   """
   if len({c["x"].shape for c in packed}) != 1 or any(c["mask"].min() < 1 for c in packed):
     raise ValueError("the graph loop assumes equal clients with full batches")
@@ -135,11 +147,33 @@ def graph_loop_round(forward, initial_weights, packed, client_lr: float, server_
     count = tf.cast(num_clients, tf.float32)
     return tuple(w - server_lr * d / count for w, d in zip(global_weights, delta_sum))
 
+  if pair_pools and onednn.applies("/CPU:0"):
+    concrete = round_fn.get_concrete_function(state[0], x_all, y_all)
+    graph_def = concrete.graph.as_graph_def()
+    paired = onednn.pair_max_pools(graph_def)
+    if paired is not graph_def:  # a model with max-pools: W2's round stays as it is
+      round_fn = _imported(concrete, paired)
+
   def run_round():
     state[0] = round_fn(state[0], x_all, y_all)
     state[0][0].numpy()  # wait for the round, as fedsim's rounds return NumPy
 
   return run_round
+
+
+def _imported(concrete, graph_def):
+  """`concrete`'s round as `graph_def` (its graph rewritten), called like `concrete`."""
+  inputs = [t.name for t in concrete.inputs]
+  outputs = [t.name for t in concrete.outputs]
+  specs = [tf.TensorSpec(t.shape, t.dtype) for t in concrete.inputs]
+  imported = tf.compat.v1.wrap_function(
+      lambda *args: tf.graph_util.import_graph_def(
+          graph_def, input_map=dict(zip(inputs, args)), return_elements=outputs), specs)
+
+  def call(weights, x_all, y_all):
+    return tuple(imported(*weights, x_all, y_all))
+
+  return call
 
 
 def lower_bound_round(keras_model: tf.keras.Model, packed, client_lr: float,

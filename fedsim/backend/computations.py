@@ -24,6 +24,8 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.core.impl.computation import computation_impl
 from tensorflow.python.eager import context as _tf_context
 
+from fedsim.backend import onednn
+
 try:  # TensorFlow's own constructor of eager tensors (private; see `eager_tensors`)
   from tensorflow.python.framework.ops import EagerTensor as _EagerTensor
 except ImportError:
@@ -243,22 +245,25 @@ class FormPhases(NamedTuple):
   update: Any
 
 
-def form_phases(form) -> FormPhases:
-  """Every phase of the MapReduceForm `form` as a `concrete_function`.
+def form_phases(form, device: str | None = None) -> FormPhases:
+  """Every phase of the MapReduceForm `form` as a `concrete_function` for `device`.
 
   Raises:
     NotTensorFlow: a phase is not plain TensorFlow.
   """
-  return FormPhases(*(concrete_function(getattr(form, name), name)
+  return FormPhases(*(concrete_function(getattr(form, name), name, device)
                       for name in FormPhases._fields))
 
 
-def concrete_function(computation: tff.Computation, name: str = "computation"):
+def concrete_function(computation: tff.Computation, name: str = "computation",
+                      device: str | None = None):
   """`computation` as a `tf` ConcreteFunction of its flat parameter leaves.
 
   The function returns the flat list of its result's leaves. It holds no
   variables: each call is a pure function of its arguments (random ops draw
-  fresh numbers, as on TFF's runtime).
+  fresh numbers, as on TFF's runtime). `device`: where the caller places it;
+  on a CPU with oneDNN, max-pooling gradients are made sure of oneDNN's kernel
+  (`fedsim.backend.onednn`).
 
   Raises:
     NotTensorFlow: `computation` is not a TensorFlow computation, has
@@ -273,6 +278,8 @@ def concrete_function(computation: tff.Computation, name: str = "computation"):
     raise NotTensorFlow(f"{name} uses TensorFlow variables")
   graph_def = tf.compat.v1.GraphDef()
   body.graph_def.Unpack(graph_def)
+  if device is not None and onednn.applies(device):
+    graph_def = onednn.pair_max_pools(graph_def)
   signature = computation.type_signature
   in_names = _binding_names(body.parameter) if body.HasField("parameter") else []
   out_names = _binding_names(body.result)

@@ -40,7 +40,7 @@ def build_round_graphs(form, state_type, data_leaves: Sequence[Any], kept: Seque
   Raises:
     computations.NotTensorFlow: a phase is not plain TensorFlow.
   """
-  prepare, work, zero, accumulate, merge, report, update = computations.form_phases(form)
+  prepare, work, zero, accumulate, merge, report, update = computations.form_phases(form, device)
   acc_specs = computations.tensor_specs(form.zero.type_signature.result)
   state_specs = tuple(computations.tensor_specs(state_type))
   input_specs = tuple(computations.tensor_specs(form.prepare.type_signature.result))
