@@ -17,7 +17,8 @@ def configure_threads(threads: str) -> bool:
 
   'clients': each op on one thread, as many ops at once as there are cores:
   a batch's small ops do not scale across cores, but clients train side by
-  side (W2 1.3-1.6x, W1 ~1.4x faster rounds on 2 cores, see bench/).
+  side (W2 1.3-1.6x faster rounds on 2 cores; on CNNs neither layout won
+  consistently: docs/explain/runtime.md, bench/cnn_rounds.py).
   'tensorflow' keeps TF's defaults.
 
   Returns:
