@@ -33,9 +33,11 @@ RESTARTS = 2
 # A private instance (`address: local`) needs little shared memory: actors are
 # sent client ids and the server's round input, and return accumulators.
 _LOCAL_OBJECT_STORE_BYTES = 256 * 2**20
-# An idle actor answers a ping in milliseconds; one that does not within this
-# is being restarted (its node died) or hangs: it is replaced.
-_PING_S = 5.0
+# An idle actor answers a ping in milliseconds, and a dead one's fails at once;
+# but Ray runs actors at niceness 15, and on two cores under a load of 14 a
+# kept actor missed a 5 s ping (and was replaced, at the cost of a start-up).
+# One that does not answer within this is restarting elsewhere, or hangs.
+_PING_S = 60.0
 # A run's output stays fedsim's: no usage reporting, no metrics agent (whose
 # absence Ray logs as an error), no warning about a future GPU default. And
 # Ray's workers run each node's own Python, where fedsim is installed: with
@@ -144,14 +146,14 @@ def connection(address: str, key: str, num_cpus: float, num_gpus: float) -> str:
     return gcs
 
 
-def lease(shape: Shape, count: int, *, reuse: bool) -> tuple[list[Actor], int]:
+def lease(shape: Shape, count: int, *, reuse: bool) -> list[Actor]:
   """`count` actors of `shape` for one run, idle ones first (with `reuse`);
   those that died or were restarted while idle are replaced. Call after
   `connection`.
 
   Returns:
-    (the actors, how many of them were started now); a started actor's pid
-    is 0 until its first task tells it (`Actor.pid`).
+    The actors; one started now has pid 0 until its first task tells it
+    (`Actor.pid`).
   """
   ray = import_ray()
   with _lock:
@@ -174,7 +176,7 @@ def lease(shape: Shape, count: int, *, reuse: bool) -> tuple[list[Actor], int]:
                 for _ in range(started)]
     for actor in taken:
       _leased[id(actor.handle)] = actor.handle
-    return taken, started
+    return taken
 
 
 def give_back(shape: Shape, actors: list[Actor]) -> None:

@@ -86,7 +86,7 @@ class ClusterProcess(RoundProcess, RoundPhases):
                                   num_gpus=spec.workers * spec.gpus_per_worker)
       self._check_fits()
       self._build = [ray.put(build_worker)]
-      self._lease.actors, _ = pool.lease(self._shape, spec.workers, reuse=spec.keep_workers)
+      self._lease.actors = pool.lease(self._shape, spec.workers, reuse=spec.keep_workers)
       pids = self._get([a.handle.prepare.remote((self._run, self._build))
                         for a in self._lease.actors], "start-up")  # built, or why not
       for actor, pid in zip(self._lease.actors, pids):
