@@ -82,6 +82,7 @@ class Actor:
 class _Connection:
   address: str            # 'local', or the HOST:PORT connected to (`auto` resolved)
   gcs: str                # HOST:PORT of the cluster's GCS
+  job: str                # Ray's job id of the connection (each ray.init has its own)
   reaper: Reaper | None   # of a private instance
   cpus: float = 0.0       # a private instance's size
   gpus: float = 0.0
@@ -131,19 +132,20 @@ def connection(address: str, key: str, num_cpus: float, num_gpus: float) -> str:
     if _connection is not None and _connection.lost:
       raise RunFailed(f"start-up: this process lost its ray cluster (head {_connection.gcs})"
                       " in an earlier run; start a new process")
-    if _connection is not None and not ray.is_initialized():
+    if _connection is not None and not _ours(ray):
       _forget()  # someone called ray.shutdown(): its actors ended with the connection
     if _connection is not None:
       if _serves(_connection, address, num_cpus, num_gpus):
         return _connection.gcs
       release()
     reaper, target = _init(address, key, num_cpus, num_gpus)
-    gcs = ray.get_runtime_context().gcs_address
-    _connection = _Connection(target, gcs, reaper, num_cpus, num_gpus)
+    context = ray.get_runtime_context()
+    _connection = _Connection(target, context.gcs_address, context.get_job_id(), reaper,
+                              num_cpus, num_gpus)
     if not _atexit_registered:
       atexit.register(release)  # after Ray's own shutdown handler: runs before it
       _atexit_registered = True
-    return gcs
+    return _connection.gcs
 
 
 def lease(shape: Shape, count: int, *, reuse: bool) -> list[Actor]:
@@ -184,7 +186,7 @@ def give_back(shape: Shape, actors: list[Actor]) -> None:
   with _lock:
     for actor in actors:
       _leased.pop(id(actor.handle), None)
-    if _connection is not None and not _connection.lost:
+    if _connection is not None and not _connection.lost and _ours(import_ray()):
       _idle.setdefault(shape, []).extend(actors)
 
 
@@ -198,7 +200,7 @@ def discard(actors: list[Actor], *, disconnect: bool = False) -> None:
       _leased.pop(id(actor.handle), None)
     if _connection is None or _connection.lost:
       return
-    if ray.is_initialized():
+    if _ours(ray):
       _kill(ray, [a.handle for a in actors])
     if disconnect and not _leased and not _idle:
       release()
@@ -228,7 +230,7 @@ def release() -> None:
     if _connection is None or _connection.lost:
       return
     ray = import_ray()
-    if ray.is_initialized():
+    if _ours(ray):
       _kill(ray, [a.handle for actors in _idle.values() for a in actors] + list(_leased.values()))
       ray.shutdown()  # a private instance's raylet and GCS stop with it
     _forget()
@@ -243,6 +245,13 @@ def _forget() -> None:
   _leased.clear()
   if reaper is not None:
     reaper.sweep()  # its agents outlive ray.shutdown() by a minute
+
+
+def _ours(ray) -> bool:
+  """Whether this process's Ray connection is still the pool's (not ended, nor
+  replaced by someone's own `ray.shutdown()` and `ray.init()`)."""
+  return (ray.is_initialized() and _connection is not None
+          and ray.get_runtime_context().get_job_id() == _connection.job)
 
 
 def _serves(conn: _Connection, address: str, num_cpus: float, num_gpus: float) -> bool:

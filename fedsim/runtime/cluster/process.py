@@ -269,7 +269,6 @@ class ClusterProcess(RoundProcess, RoundPhases):
     would wait out the timeout and then end this process (about 60 s after
     losing the GCS) without a word.
     """
-    ray = self._ray
     deadline = time.monotonic() + self._spec.timeout_s
     try:
       return self._wait(refs, during, deadline, workers or list(range(len(refs))))
