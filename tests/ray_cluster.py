@@ -1,10 +1,12 @@
 """The two-node Ray cluster on loopback that the Ray modules share (the `ray`
 xdist group runs them on one worker, so the session starts it once: Ray nodes
-take tens of seconds to start on two cores). Its teardown checks that it left no
-Ray process and no fedsim actor behind."""
+take tens of seconds to start on two cores). Its teardown ends fedsim's
+connection to it (actors that runs left for the next run included), then
+checks that it left no Ray process and no fedsim actor behind."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import shutil
@@ -14,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Iterator
 
 import pytest
 
@@ -51,9 +54,27 @@ def _stop(temp_dir: str, port: int) -> None:
       time.sleep(0.2)
 
 
-@pytest.fixture(scope="session")
-def ray_cluster():
-  """'127.0.0.1:PORT' of a head node and a second node, one CPU each."""
+def _release_fedsims_actors() -> None:
+  """Ends what runs left on the cluster (`fedsim.runtime.cluster.release`) and
+  waits for their actors' processes to exit (ray.kill returns before they do)."""
+  from fedsim.runtime.cluster import pool
+  pids = []
+  if pool.idle_actors():
+    import ray
+    try:
+      pids = ray.get([actor.pid.remote() for actor in pool.idle_actors()], timeout=30)
+    except Exception:  # pylint: disable=broad-except
+      pass  # dead already, or the cluster is gone
+  pool.release()
+  deadline = time.monotonic() + 60
+  while any(os.path.exists(f"/proc/{pid}") for pid in pids) and time.monotonic() < deadline:
+    time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def loopback_cluster() -> Iterator[tuple[str, str, int]]:
+  """('127.0.0.1:PORT', its temp dir, PORT) of a head node and a second node,
+  one CPU each, on loopback; stopped at the end (fedsim's connection to it first)."""
   temp_dir = tempfile.mkdtemp(prefix="fsray", dir="/tmp")  # short: Ray's socket paths
   env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0",
          "RAY_enable_metrics_collection": "0", ARMED: os.path.join(temp_dir, "armed")}
@@ -65,10 +86,18 @@ def ray_cluster():
                     *common], env=env, check=True, capture_output=True, timeout=120)
     subprocess.run([RAY, "start", "--address", f"127.0.0.1:{port}", *common], env=env,
                    check=True, capture_output=True, timeout=120)
-    yield f"127.0.0.1:{port}", temp_dir
+    yield f"127.0.0.1:{port}", temp_dir, port
   finally:
+    _release_fedsims_actors()  # else this process stays connected to the stopped cluster
     _stop(temp_dir, port)
     shutil.rmtree(temp_dir, ignore_errors=True)  # Ray's sessions and logs
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+  """'127.0.0.1:PORT' of a head node and a second node, one CPU each."""
+  with loopback_cluster() as (address, temp_dir, port):
+    yield address, temp_dir
   assert _ours(temp_dir, port) == []
   assert _actors_of(temp_dir) == []
 

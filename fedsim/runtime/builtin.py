@@ -43,6 +43,11 @@ class RayParams(CompiledParams):
   gpus_per_worker: float = bounded(0.0, min=0)  # Ray's num_gpus
   # Seconds a round (or start-up) may wait for the actors before the run fails.
   timeout_s: float = bounded(1800.0, gt=0)
+  # A run that ends cleanly leaves its actors (and a private instance) up for
+  # the next run of this process with the same actors, which then starts in
+  # about a second instead of importing TensorFlow in each; false: they end
+  # with the run.
+  keep_workers: bool = True
 
   def check(self, key: str) -> None:
     from fedsim.runtime.cluster.address import check_address  # TF-free

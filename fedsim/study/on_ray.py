@@ -20,7 +20,7 @@ which a Python call inside the task could not promise.
   sent or answered: every run not completed fails at once, resumable.
 * Ctrl-C: every task is cancelled (Ray raises KeyboardInterrupt in it, and
   it stops its child), the tasks are given `_CANCEL_S` to end, then a private
-  instance is shut down and its processes swept (`runtime.cluster.connect`);
+  instance is shut down and its processes swept (`runtime.cluster.pool.connect`);
   a run's process is not the instance's: it ends by itself, 'interrupted',
   and the study waits for it, so a resume started at once finds the run free.
 """
@@ -39,7 +39,7 @@ from fedsim.errors import UserError
 from fedsim.reporting.ownership import wait_released
 from fedsim.runtime.cluster.address import answers
 from fedsim.runtime.cluster.failures import first_line
-from fedsim.runtime.cluster.process import connect
+from fedsim.runtime.cluster.pool import connect
 from fedsim.study.executors import (Outcome, StudyContext, child_outcome, completed,
                                     start_child, stop_children, stopped)
 from fedsim.study.plan import PlannedRun

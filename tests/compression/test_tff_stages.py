@@ -37,7 +37,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -168,14 +167,8 @@ def cluster(ray_cluster):
   address, _ = ray_cluster
   process = ClusterProcess(None, functools.partial(actor_round, "cpu"),
                            ClusterSpec(address=address, workers=2, device="cpu", timeout_s=900))
-  pids = process.worker_pids()
   yield process
-  process.close()
-  # ray.kill returns before the actors exit: wait, so that the cluster fixture's
-  # check for leftover workers sees none of ours.
-  deadline = time.monotonic() + 60
-  while any(os.path.exists(f"/proc/{pid}") for pid in pids) and time.monotonic() < deadline:
-    time.sleep(0.2)
+  process.close()  # the actors wait for the next run (the cluster fixture ends them)
 
 
 def fedsim_means(direction, runtime: str, cluster=None, kind: str | None = None) -> list[np.ndarray]:

@@ -1,6 +1,7 @@
 """The `ray` runtime on a two-node Ray cluster on loopback: it equals `inprocess`,
-survives a worker that dies mid-round, reports one that stays dead in one line,
-and leaves no Ray process behind.
+runs in sequence share their actors (and give what fresh actors give), survives a
+worker that dies mid-round, reports one that stays dead in one line, and leaves
+no Ray process behind.
 
 One cluster (tests/ray_cluster.py) serves every Ray module of the session; each
 node has one CPU, so the two workers of a run land on different nodes.
@@ -11,14 +12,16 @@ from __future__ import annotations
 import functools
 import os
 import pathlib
+import time
 
 import numpy as np
 import pytest
 
 import fedsim
-from fedsim.errors import RunFailed
+from fedsim.errors import RunFailed, UserError
 from fedsim.experiment.config.loader import parse_config, plain
 from fedsim.runtime import cluster
+from fedsim.runtime.cluster import pool
 from tests.ray_cluster import ARMED
 
 
@@ -36,12 +39,12 @@ EIGHT_BITS = {"aggregation": {"encoder": "uniform", "bits": 8, "min_elements": 1
 class DyingWorker(cluster.ClientWorker):
   """A worker whose process exits mid-round once, when the test arms it."""
 
-  def run_ids(self, round_num, ids, client_input, zero):
+  def run_ids(self, run, round_num, ids, client_input, zero):
     armed = os.environ.get(ARMED, "")
     try:
       os.rename(armed, armed + ".claimed")  # atomic: one actor of the round claims it
     except OSError:
-      return super().run_ids(round_num, ids, client_input, zero)
+      return super().run_ids(run, round_num, ids, client_input, zero)
     os._exit(1)
 
 
@@ -49,6 +52,16 @@ def _flat(value) -> list[np.ndarray]:
   import tensorflow_federated as tff
   return [np.asarray(v) for v in tff.structure.flatten(
       tff.structure.from_container(value, recursive=True))]
+
+
+def _on_ray(config: dict, address: str, **keys) -> dict:
+  return {**config, "runtime": {"name": "ray", "address": address, "workers": 2,
+                                "device": "cpu", **keys}}
+
+
+def _idle_pids() -> list[int]:
+  import ray
+  return sorted(ray.get([actor.pid.remote() for actor in pool.idle_actors()], timeout=60))
 
 
 def _assert_close(got, want, exact: bool) -> None:
@@ -84,8 +97,7 @@ def test_a_run_on_the_cluster_equals_inprocess(ray_cluster, tmp_path):
   assert got.size_info.per_client == sim.wire
   assert [m["train/num_examples"] for m in got.metrics] == [
       sum(sim.data.client_size(c) for c in sim.sampler.sample(r, 4)) for r in (1, 2)]
-  import ray
-  assert not ray.is_initialized()  # the run disconnected (and killed its actors)
+  assert len(pool.idle_actors()) == 2  # the run ended cleanly: its actors wait for the next
 
 
 STATEFUL = {
@@ -103,7 +115,8 @@ def test_clients_that_keep_state_on_the_cluster_equal_inprocess(ray_cluster, tmp
   """Error feedback and SCAFFOLD: each client's state travels with its chunk to
   a worker on either node and comes back to the driver's store."""
   address, _ = ray_cluster
-  ray_runtime = {"name": "ray", "address": address, "workers": 2, "device": "cpu"}
+  ray_runtime = {"name": "ray", "address": address, "workers": 2, "device": "cpu",
+                 "keep_workers": False}
   config = {**CONFIG, "rounds": 3, "data": {**CONFIG["data"], "num_clients": 6},
             "variants": {variant: STATEFUL[variant]}}
   want = fedsim.run(config, logdir=tmp_path / "inprocess", progress=False)
@@ -121,7 +134,41 @@ def test_clients_that_keep_state_on_the_cluster_equal_inprocess(ray_cluster, tmp
   if variant == "ef":
     assert any(m["error_feedback/residual_norm"] > 0 for m in got.metrics)
   import ray
-  assert not ray.is_initialized()  # the run disconnected (and killed its actors)
+  assert not ray.is_initialized()  # keep_workers: false: the run killed its actors, disconnected
+
+
+@pytest.mark.slow
+def test_runs_in_sequence_share_the_actors_and_give_what_fresh_actors_give(
+    ray_cluster, tmp_path):
+  """Two different runs, then the first again, on the same two actor processes:
+  each equals its `inprocess` run, and the repeat (on actors that built and ran
+  another run since) equals the first run (on fresh actors) bit for bit. The
+  first run's clients round their updates at random (8-bit stochastic
+  quantization): a random state left in an actor would change the repeat. (One
+  round: its second differs from `inprocess` by 1e-3 on `ray`, with or without
+  kept actors, which is under investigation.)"""
+  address, _ = ray_cluster
+  cluster.release()  # fresh actors for the first run
+  compressed = {**CONFIG, "seed": 5, "rounds": 1, "compression": EIGHT_BITS}
+  first = fedsim.run(_on_ray(compressed, address), logdir=tmp_path / "ray", progress=False)
+  pids = _idle_pids()
+  assert len(pids) == 2
+  second = fedsim.run(_on_ray(CONFIG, address), logdir=tmp_path / "ray", progress=False)
+  assert _idle_pids() == pids
+  again = fedsim.run(_on_ray(compressed, address), logdir=tmp_path / "ray", progress=False)
+  assert _idle_pids() == pids
+  for g, w in zip(again.final_weights, first.final_weights, strict=True):
+    np.testing.assert_array_equal(g, w)
+  timeless = lambda run: [{k: v for k, v in m.items() if k != "round_seconds"}
+                          for m in run.metrics]
+  assert timeless(again) == timeless(first)
+  for got, config in ((first, compressed), (second, CONFIG)):
+    want = fedsim.run(config, logdir=tmp_path / "inprocess", progress=False)
+    for g, w in zip(got.final_weights, want.final_weights, strict=True):
+      np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+    for a, b in zip(want.metrics, got.metrics, strict=True):
+      np.testing.assert_allclose(b["train/loss"], a["train/loss"], rtol=1e-6)
+  assert not np.allclose(first.final_weights[0], second.final_weights[0])
 
 
 @pytest.mark.slow
@@ -168,6 +215,50 @@ def test_a_controlled_run_with_per_client_bits_on_the_cluster_equals_inprocess(
   for a, b in zip(want.metrics, got.metrics, strict=True):
     assert (b["control/bits_mean"], b["aggregate_bits"]) == (
         a["control/bits_mean"], a["aggregate_bits"])
+
+
+@pytest.mark.slow
+def test_an_interrupted_runs_actors_are_killed_not_kept(ray_cluster, tmp_path):
+  import ray
+  address, _ = ray_cluster
+  config = _on_ray({**CONFIG, "rounds": 1}, address)
+  fedsim.run(config, logdir=tmp_path, progress=False)
+  leased = pool.idle_actors()  # what the next run of the same shape takes
+  assert len(leased) == 2
+
+  def interrupt(round_num, metrics):
+    raise KeyboardInterrupt
+
+  with pytest.raises(KeyboardInterrupt):
+    fedsim.run({**config, "rounds": 2}, logdir=tmp_path, progress=False, on_round=interrupt)
+  assert pool.idle_actors() == []
+  for actor in leased:
+    with pytest.raises(ray.exceptions.RayActorError):
+      ray.get(actor.pid.remote(), timeout=60)
+
+
+@pytest.mark.slow
+def test_a_connection_of_fedsims_is_taken_over_and_anothers_refused(ray_cluster, tmp_path):
+  """The study executor's `connect` ends the runs' pool (its actors too); a run
+  then finds Ray connected by someone else and refuses it in one line."""
+  import ray
+  address, _ = ray_cluster
+  config = _on_ray({**CONFIG, "rounds": 1}, address)
+  fedsim.run(config, logdir=tmp_path, progress=False)
+  kept = _idle_pids()  # the actors run on this machine
+  assert len(kept) == 2
+  try:
+    assert pool.connect(address, "--ray-address", num_cpus=1) is None
+    assert pool.idle_actors() == [] and ray.is_initialized()
+    deadline = time.monotonic() + 60  # ray.kill returns before they exit
+    while any(os.path.exists(f"/proc/{pid}") for pid in kept):
+      assert time.monotonic() < deadline, "the pool's actors were not killed"
+      time.sleep(0.2)
+    with pytest.raises(UserError, match=r"^runtime.address: Ray is already initialized in"
+                                        r" this process; call ray.shutdown\(\) first"):
+      fedsim.run(config, logdir=tmp_path, progress=False)
+  finally:
+    ray.shutdown()
 
 
 @pytest.fixture(scope="module")

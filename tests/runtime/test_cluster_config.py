@@ -26,6 +26,7 @@ def _free_port() -> int:
     ({"address": "nohost"}, "runtime.address: 'nohost' is not local, auto or HOST:PORT"),
     ({"workers": 0}, "runtime.workers"),
     ({"cpus_per_worker": 0}, "runtime.cpus_per_worker"),
+    ({"keep_workers": "yes"}, "runtime.keep_workers"),
 ])
 def test_bad_runtime_keys_are_refused_by_name(runtime, message):
   with pytest.raises(UserError, match=message):

@@ -10,12 +10,13 @@ _RAISED = re.compile(r"^(?:[A-Za-z_][\w]*\.)*(?P<kind>[A-Za-z_]\w*(?:Error|Excep
                      r" (?P<message>.+)$")
 
 
-def failed_worker(refs: list, ray, workers: list[int]) -> str:
-  """The worker (chunk) index of the first call whose actor died, for the message."""
+def failed_worker(refs: list, ray, workers: list[int], kind: type) -> str:
+  """The worker (chunk) index of the first call that raised `kind` (e.g. its
+  actor died: RayActorError), for the message."""
   for worker, ref in zip(workers, refs):
     try:
       ray.get(ref, timeout=0)
-    except ray.exceptions.RayActorError:
+    except kind:
       return str(worker)
     except Exception:  # pylint: disable=broad-except
       continue
