@@ -1,7 +1,7 @@
 """`fedsim run` on a private Ray instance (`runtime: {name: ray, address: local}`), attacked.
 
 * SIGINT to the driver during start-up (Ray starting, actors building): exit
-  130, one line, no run directory, no Ray process left.
+  130, one line with the resume command, the run not started, no Ray process left.
 * SIGTERM to the driver mid-run: exit 143, status `interrupted`, nothing left.
 * SIGKILL to the driver mid-run: no Ray process of that run left (the
   instance's GCS and raylet die with the driver by PDEATHSIG, its agents and
@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -29,6 +30,7 @@ import uuid
 import numpy as np
 import pytest
 
+from fedsim import cli
 from tests.chaos.processes import MARKER, kill_marked, left_after, marked
 
 REPO = pathlib.Path(__file__).parents[2]
@@ -145,15 +147,20 @@ def _ray_processes(run: Run, kind: str) -> list[int]:
 @pytest.mark.slow
 @pytest.mark.long
 @pytest.mark.parametrize("moment", ["raylet", "ray::ClientWorker"])
-def test_sigint_during_start_up_is_one_line_and_leaves_nothing(runs, moment):
+def test_sigint_during_start_up_is_one_line_and_leaves_nothing(runs, moment, capsys):
   """SIGINT once Ray's raylet runs (ray.init under way) or once the actors are
-  building (each imports TensorFlow): before the run directory exists."""
+  building (each imports TensorFlow): the study has prepared the run's directory
+  by then, which `fedsim status` lists as not started, and the line says how to
+  resume the study."""
   run = runs(RAY)
   run.wait_until(lambda: _ray_processes(run, moment), moment)
   os.killpg(run.proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole job
   code, _, err = run.finish(timeout=60)
-  assert (code, err) == (130, "fedsim: interrupted\n")
-  assert run.run_dir is None
+  assert code == 130, err
+  assert re.fullmatch(r"fedsim: interrupted; resume with: \S+ -m fedsim.cli run --resume "
+                      + re.escape(str(run.logdir / "rayfault")) + "\n", err), err
+  assert cli.main(["status", str(run.run_dir)]) == 0
+  assert capsys.readouterr().out.startswith(f"{run.run_dir}: not started, round 0 of {ROUNDS}")
   assert left_after(run.marker, 5) == []
 
 
