@@ -32,10 +32,10 @@ def _clients(seed, steps, batch=2, dim=3, classes=2):
 ROUNDS = [_clients(1, [2, 3, 1]), _clients(2, [1, 4])]
 
 
-def _run(process):
+def _run(process, rounds=ROUNDS):
   state = process.initialize()
   measurements = []
-  for data in ROUNDS:
+  for data in rounds:
     state, m = process.next(state, data)
     measurements.append(m)
   return state, measurements

@@ -14,7 +14,7 @@ from tensorflow.python.eager import context
 from fedsim.backend import onednn
 from fedsim.runtime import inprocess
 from tests.learning import builders
-from tests.runtime.test_inprocess import _clients, _leaves
+from tests.runtime.test_inprocess import _clients, _leaves, _run
 
 needs_onednn = pytest.mark.skipif(not onednn.applies("/CPU:0"),
                                   reason="this TensorFlow runs no oneDNN kernels")
@@ -36,15 +36,6 @@ def _pool_and_gradient(dtype=tf.float32):
 
   return loss_gradient.get_concrete_function(
       tf.TensorSpec([2, 4, 4, 3], dtype)).graph.as_graph_def()
-
-
-def _run(process, rounds):
-  state = process.initialize()
-  measurements = []
-  for data in rounds:
-    state, m = process.next(state, data)
-    measurements.append(m)
-  return state, measurements
 
 
 def _all_nodes(graph_def):
