@@ -45,8 +45,8 @@ class RayParams(CompiledParams):
   timeout_s: float = bounded(1800.0, gt=0)
   # A run that ends cleanly leaves its actors (and a private instance) up for
   # the next run of this process with the same actors, which then starts in
-  # about a second instead of importing TensorFlow in each; false: they end
-  # with the run.
+  # a second or two (bench/ray_reuse.py) instead of importing TensorFlow in
+  # each; false: they end with the run.
   keep_workers: bool = True
 
   def check(self, key: str) -> None:

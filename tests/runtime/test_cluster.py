@@ -145,8 +145,9 @@ def test_runs_in_sequence_share_the_actors_and_give_what_fresh_actors_give(
   another run since) equals the first run (on fresh actors) bit for bit. The
   first run's clients round their updates at random (8-bit stochastic
   quantization): a random state left in an actor would change the repeat. (One
-  round: its second differs from `inprocess` by 1e-3 on `ray`, with or without
-  kept actors, which is under investigation.)"""
+  round: in the second, the chunks' float rounding can move a stochastically
+  rounded value by a level, 1e-3 from `inprocess` with or without kept actors;
+  docs/guides/ray.md.)"""
   address, _ = ray_cluster
   cluster.release()  # fresh actors for the first run
   compressed = {**CONFIG, "seed": 5, "rounds": 1, "compression": EIGHT_BITS}

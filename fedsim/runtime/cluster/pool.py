@@ -294,7 +294,7 @@ def _init(address: str, key: str, num_cpus: float,
   process already has: (a private instance's Reaper, 'local' or the HOST:PORT
   connected to)."""
   ray = import_ray()
-  if ray.is_initialized():  # e.g. a notebook's own ray.init: reuse, never stop it
+  if ray.is_initialized():  # e.g. a notebook's own ray.init: refused, never stopped
     raise UserError(f"{key}: Ray is already initialized in this process;"
                     " call ray.shutdown() first (fedsim connects by itself)")
   options = dict(include_dashboard=False, log_to_driver=False, logging_level="ERROR",
