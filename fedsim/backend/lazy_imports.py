@@ -1,12 +1,15 @@
-"""TFF's differential-privacy packages, imported when first used instead of with TFF.
+"""Packages TFF and TensorFlow import but a fedsim run rarely uses, imported when
+first used instead of at start-up.
 
 `import tensorflow_federated` (0.87) imports tensorflow_privacy and
 dp_accounting for its DP aggregators, and with them TensorFlow Probability,
 SciPy's stats and the privacy-loss-distribution accountant: about 2 s of an
 ~8.5 s import on a quiet machine (bench/startup.py), paid by every run, private
-or not.
+or not. JAX is imported by TensorFlow's TFLite converter (for converting JAX
+functions) and by TFF's JAX front end (`tff.jax`), neither of which fedsim uses:
+another ~0.9 s of every process that imports TensorFlow.
 
-`defer()` puts a finder first on `sys.meta_path` for those two packages. When
+`defer()` puts a finder first on `sys.meta_path` for those packages. When
 they are imported, the module object is created as usual (spec, `__file__`,
 `__loader__`, the parent's attribute) but its code does not run yet; it runs in
 that same object, as an eager import would have run it, the first time anything
@@ -16,18 +19,24 @@ runs the package first, in the order an eager import would. The code runs at
 TensorFlow's top level (`tf.init_scope`), as it did when TFF was imported, even if
 the first use is inside a traced function. Once run, the module is a plain
 module: callers cannot tell it from an eagerly imported one.
-(This is `importlib.util.LazyLoader`'s scheme, plus the one exception below.)
+(This is `importlib.util.LazyLoader`'s scheme, plus the two exceptions below.)
 
-The exception: while TFF 0.87 is imported, its modules read three names of
-these packages, each only as a type annotation of a function it defines
-(`DifferentiallyPrivateFactory._create_from_query(query: tfp.DPQuery)`,
-`PrivateQuantileEstimationProcess(quantile_estimator_query:
-tfp.QuantileEstimatorQuery)`, `extract_dp_event_from_state(...) ->
-dp_accounting.DpEvent`). Read from the body of a TFF module or class (never
-from a function, which is where TFF uses these packages), those names are
-given as the string the annotation spells, as `from __future__ import
-annotations` would have stored it. Any other read runs the package. A TFF
-that reads more names at import is therefore only slower, never wrong.
+The exceptions are names read from the body of a module while it is imported
+(never from a function, where these packages are used), by the one package
+`READ_AT_IMPORT` names for them; any other read runs the package:
+- While TFF 0.87 is imported, its modules read three names of the DP packages,
+  each only as a type annotation of a function it defines
+  (`DifferentiallyPrivateFactory._create_from_query(query: tfp.DPQuery)`,
+  `PrivateQuantileEstimationProcess(quantile_estimator_query:
+  tfp.QuantileEstimatorQuery)`, `extract_dp_event_from_state(...) ->
+  dp_accounting.DpEvent`). They get the string the annotation spells, as `from
+  __future__ import annotations` would have stored it.
+- TensorFlow's TFLite utilities bind `jax.xla_computation` at import (`from jax
+  import xla_computation`), to call it when a JAX function is converted. They get
+  a stand-in that runs JAX and calls the real function when it is called (and, as
+  that statement first asks whether JAX is a package, no `__path__`).
+A TFF or TensorFlow that reads more names at import is therefore only slower,
+never wrong.
 
 This module is the only place that knows which TFF internals read what.
 """
@@ -46,8 +55,14 @@ import types
 DEFERRED = {
     "tensorflow_privacy": ("tfp", frozenset({"DPQuery", "QuantileEstimatorQuery"})),
     "dp_accounting": ("dp_accounting", frozenset({"DpEvent"})),
+    "jax": ("jax", frozenset()),
+    # `tff.jax`: importing it imports JAX and registers TFF's JAX types with it.
+    "tensorflow_federated.python.core.environments.jax": ("tff.jax", frozenset()),
 }
 _ANNOTATING = "tensorflow_federated."
+# (package, name) -> the package whose module bodies read that name at import, to
+# call it later: they get a stand-in that runs the package when called.
+READ_AT_IMPORT = {("jax", "xla_computation"): "tensorflow.lite."}
 # Run one deferred package at a time, re-entrantly: running tensorflow_privacy
 # imports dp_accounting in the same thread.
 _LOCK = threading.RLock()
@@ -100,9 +115,9 @@ class _DeferredModule(types.ModuleType):
       deferred = state.get("_fedsim_deferred")
       if deferred is None:  # running in this thread, or already run
         return types.ModuleType.__getattribute__(self, name)
-      annotation = _annotation(state["__name__"], name)
-      if annotation is not None:
-        return annotation
+      stand_in = _stand_in(self, state["__name__"], name)
+      if stand_in is not None:
+        return stand_in
       _run(self, state, deferred)
     return getattr(self, name)
 
@@ -138,13 +153,27 @@ def _run(module, state, deferred) -> None:
   module.__class__ = types.ModuleType
 
 
-def _annotation(package: str, name: str) -> str | None:
-  spelled, names = DEFERRED[package]
-  if name not in names:
-    return None
+def _stand_in(module, package: str, name: str):
+  """What a module body importing now gets for `package.name` without running
+  `package` (see the module docstring), or None: the read runs the package."""
   # Two frames up: this function's caller is __getattr__, whose caller read the name.
   reader = inspect.currentframe().f_back.f_back
-  body = not reader.f_code.co_flags & inspect.CO_OPTIMIZED  # module or class body
-  if body and str(reader.f_globals.get("__name__", "")).startswith(_ANNOTATING):
+  if reader.f_code.co_flags & inspect.CO_OPTIMIZED:  # a function, not a module or class body
+    return None
+  importer = str(reader.f_globals.get("__name__", ""))
+  spelled, annotations = DEFERRED[package]
+  if name in annotations and importer.startswith(_ANNOTATING):
     return f"{spelled}.{name}"
+  if name == "__path__" and any(
+      package == deferred and importer.startswith(caller)
+      for (deferred, _), caller in READ_AT_IMPORT.items()):
+    # `from package import name` asks the package for its path first, to import
+    # submodules the names may be; without one it reads the names directly.
+    raise AttributeError(name)
+  caller = READ_AT_IMPORT.get((package, name))
+  if caller is not None and importer.startswith(caller):
+    def called_later(*args, **kwargs):
+      return getattr(module, name)(*args, **kwargs)
+    called_later.__name__ = called_later.__qualname__ = name
+    return called_later
   return None

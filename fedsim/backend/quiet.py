@@ -144,15 +144,17 @@ def import_quietly(module_name: str) -> ModuleType:
 
 
 def import_tensorflow() -> ModuleType:
-  """The `tensorflow` module, imported quietly."""
+  """The `tensorflow` module, imported quietly; the packages it and TFF import
+  but fedsim rarely uses run at their first use (`fedsim.backend.lazy_imports`)."""
+  _defer()
   return import_quietly("tensorflow")
 
 
 def import_tff() -> ModuleType:
   """The `tensorflow_federated` module, imported quietly (TensorFlow first).
 
-  TFF's differential-privacy packages run at their first use, not with TFF
-  (`fedsim.backend.lazy_imports`: ~2 s of the import). The first import runs
+  TFF's differential-privacy packages and JAX run at their first use, not
+  with TFF (`fedsim.backend.lazy_imports`: ~3 s of the import). The first import runs
   without Python's cyclic garbage collector, then freezes what exists (see
   `_without_cyclic_gc`). At exit, TFF's own default context is dropped while
   modules are intact (see `fedsim.backend.contexts.drop_default`): otherwise
@@ -160,14 +162,16 @@ def import_tff() -> ModuleType:
   """
   first = "tensorflow_federated" not in sys.modules
   with _without_cyclic_gc(first):
-    import_tensorflow()
-    if first:
-      from fedsim.backend import lazy_imports  # pylint: disable=g-import-not-at-top
-      lazy_imports.defer()  # TFF's DP packages run when a DP stage first uses them
+    import_tensorflow()  # deferring TFF's unused packages, also if TF came first
     module = import_quietly("tensorflow_federated")
   if first:
     atexit.register(_drop_tff_default)
   return module
+
+
+def _defer() -> None:
+  from fedsim.backend import lazy_imports  # pylint: disable=g-import-not-at-top
+  lazy_imports.defer()
 
 
 @contextlib.contextmanager

@@ -21,6 +21,8 @@ class Annot:
   pass
 class Other:
   pass
+def twice(x):
+  return 2 * x
 """
 
 
@@ -36,6 +38,7 @@ def fake(tmp_path, monkeypatch):
   monkeypatch.setattr(lazy_imports, "DEFERRED", {
       "fedsim_fake_dp": ("fake", frozenset({"Annot"})),
       "fedsim_fake_broken": ("broken", frozenset())})
+  monkeypatch.setattr(lazy_imports, "READ_AT_IMPORT", {("fedsim_fake_dp", "twice"): "tf.lite."})
   monkeypatch.setattr("builtins.fedsim_test_ran", [], raising=False)
   lazy_imports.defer()
   yield sys.modules.get
@@ -108,6 +111,29 @@ def test_names_not_listed_or_read_outside_tff_run_the_package(fake, reader):
   assert _ran() == ["fedsim_fake_dp"]
 
 
+def test_a_name_bound_at_import_to_call_later_is_a_stand_in_that_runs_the_package(fake):
+  import fedsim_fake_dp
+  module = {"__name__": "tf.lite.util", "fake": fedsim_fake_dp}
+  _exec("from fedsim_fake_dp import twice as _twice\nTWICE = fake.twice\n", module)
+  assert _ran() == [] and _deferred("fedsim_fake_dp")
+  stand_in = module["TWICE"]
+  assert stand_in and stand_in.__name__ == "twice"  # TFLite tests it with `if not`
+  assert stand_in(21) == 42 and _ran() == ["fedsim_fake_dp"]
+  assert module["_twice"](4) == 8 and _ran() == ["fedsim_fake_dp"]
+
+
+@pytest.mark.parametrize("reader", ["tf.python.util", "inside a function"])
+def test_the_stand_in_is_only_for_the_named_readers_module_bodies(fake, reader):
+  import fedsim_fake_dp
+  module = {"__name__": "tf.lite.util" if reader == "inside a function" else reader,
+            "fake": fedsim_fake_dp}
+  code = ("def later():\n  return fake.twice\nGOT = later()\n" if reader == "inside a function"
+          else "GOT = fake.twice\n")
+  _exec(code, module)
+  assert _ran() == ["fedsim_fake_dp"]
+  assert module["GOT"] is fedsim_fake_dp.twice
+
+
 def test_a_failing_package_raises_at_first_use_and_is_imported_afresh(fake):
   import fedsim_fake_broken
   with pytest.raises(RuntimeError, match="broken on purpose"):
@@ -140,25 +166,29 @@ def test_the_cli_imports_no_heavy_package():
 
 
 @pytest.mark.slow
-def test_tff_imported_by_fedsim_defers_its_dp_packages_until_a_dp_factory_needs_them():
+def test_tff_imported_by_fedsim_defers_its_dp_packages_and_jax_until_first_used():
   code = textwrap.dedent("""
       import sys
       from fedsim.backend import lazy_imports, quiet
       tff = quiet.import_tff()
-      deferred = lambda n: isinstance(sys.modules.get(n), lazy_imports._DeferredModule)
-      print([deferred(n) for n in ("tensorflow_privacy", "dp_accounting")],
-            [n in sys.modules for n in ("tensorflow_probability", "scipy.stats")])
+      deferred = lambda *names: [isinstance(sys.modules.get(n), lazy_imports._DeferredModule)
+                                 for n in names]
+      dp, jax = ("tensorflow_privacy", "dp_accounting"), ("jax", tff.jax.__name__)
+      print(deferred(*dp), [n in sys.modules for n in ("tensorflow_probability", "scipy.stats")])
       factory = tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
           noise_multiplier=1.0, clients_per_round=10, clip=1.0)
       import tensorflow_privacy
-      print([deferred(n) for n in ("tensorflow_privacy", "dp_accounting")],
-            factory._query.__class__ is tensorflow_privacy.NormalizedQuery)
+      print(deferred(*dp), factory._query.__class__ is tensorflow_privacy.NormalizedQuery)
+      from tensorflow.lite.python import util  # binds jax.xla_computation at import
+      print(deferred(*jax), "jaxlib" in sys.modules, callable(util._xla_computation))
+      print(callable(tff.jax.computation), deferred(*jax), "jaxlib" in sys.modules)
       import gc
       print(gc.isenabled(), gc.get_freeze_count() > 100_000)  # the import's objects, frozen
       """)
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-  assert out.stdout.splitlines()[-3:] == ["[True, True] [False, False]", "[False, False] True",
-                                          "True True"]
+  assert out.stdout.splitlines()[-5:] == [
+      "[True, True] [False, False]", "[False, False] True",
+      "[True, True] False True", "True [False, False] True", "True True"]
 
 
 @pytest.mark.parametrize("enabled", [True, False])

@@ -57,6 +57,8 @@ class ClientWorker:
     clients`) or on `threads` too (`tensorflow`)."""
     if workdir and os.path.isdir(workdir):
       os.chdir(workdir)  # relative data and plugin paths mean what they meant to the driver
+    from fedsim.backend import quiet  # pylint: disable=g-import-not-at-top
+    quiet.import_tff()  # as a run's driver does (the packages it defers, too)
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     tf.config.threading.set_intra_op_parallelism_threads(1 if one_thread_ops else threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
