@@ -51,8 +51,11 @@ except ImportError:  # pragma: no cover (other TF layouts)
   from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
 
-def ops_executed(run_round) -> tuple[int, int, collections.Counter]:
-  """`(host op executions, device kernel events, op types)` of one call of `run_round`."""
+def kernel_events(run_round) -> list[tuple[bool, str, float]]:
+  """`(on a device, op type, milliseconds)` of every kernel run in one call of
+  `run_round`, from TensorFlow's profiler trace: host events are named
+  `node:OpType` (the executor's own events are left out); a device's events
+  are its kernels (their type is the event's name)."""
   with tempfile.TemporaryDirectory(prefix="lockstep_ops_") as logdir:
     tf.profiler.experimental.start(logdir, tf.profiler.experimental.ProfilerOptions(
         host_tracer_level=3, device_tracer_level=1))
@@ -65,18 +68,30 @@ def ops_executed(run_round) -> tuple[int, int, collections.Counter]:
       spaces.append(xplane_pb2.XSpace())
       with open(path, "rb") as f:
         spaces[-1].ParseFromString(f.read())
-  host, device, types = 0, 0, collections.Counter()
+  events = []
   for space in spaces:
     for plane in space.planes:
       names = plane.event_metadata
+      on_device = plane.name.startswith("/device:")
       for line in plane.lines:
         for event in line.events:
           name = names[event.metadata_id].name
-          if plane.name.startswith("/device:"):
-            device += 1
+          if on_device:
+            events.append((True, name, event.duration_ps / 1e9))
           elif ":" in name and not name.startswith(("ExecutorState", "EagerKernel")):
-            host += 1
-            types[name.rsplit(":", 1)[1]] += 1
+            events.append((False, name.rsplit(":", 1)[1], event.duration_ps / 1e9))
+  return events
+
+
+def ops_executed(run_round) -> tuple[int, int, collections.Counter]:
+  """`(host op executions, device kernel events, op types)` of one call of `run_round`."""
+  host, device, types = 0, 0, collections.Counter()
+  for on_device, op_type, _ in kernel_events(run_round):
+    if on_device:
+      device += 1
+    else:
+      host += 1
+      types[op_type] += 1
   return host, device, types
 
 
