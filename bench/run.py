@@ -64,18 +64,29 @@ def interleaved_ms(round_fns: dict, rounds: int, warmup: int) -> dict[str, float
   W2's 8 ms rounds by ~2 ms. Each runtime still pays for the collections its
   own round triggers.
   """
+  return {name: t["wall"] for name, t in interleaved_times(round_fns, rounds, warmup).items()}
+
+
+def interleaved_times(round_fns: dict, rounds: int, warmup: int) -> dict[str, dict[str, float]]:
+  """`interleaved_ms`'s rounds, each timed twice: per function the median wall
+  ms/round (`wall`) and the median CPU ms/round of this process, all its
+  threads (`cpu`: `time.process_time`, less sensitive than wall time to other
+  processes on the cores, though it counts TensorFlow's threads spinning for work)."""
   for run_round in round_fns.values():
     for _ in range(warmup):
       run_round()
-  times = {name: [] for name in round_fns}
+  wall = {name: [] for name in round_fns}
+  cpu = {name: [] for name in round_fns}
   for _ in range(rounds):
     for name, run_round in round_fns.items():
       gc.collect()
       time.sleep(SETTLE_S)
-      start = time.perf_counter()
+      start, start_cpu = time.perf_counter(), time.process_time()
       run_round()
-      times[name].append(time.perf_counter() - start)
-  return {name: 1000 * statistics.median(t) for name, t in times.items()}
+      cpu[name].append(time.process_time() - start_cpu)
+      wall[name].append(time.perf_counter() - start)
+  return {name: {"wall": 1000 * statistics.median(wall[name]),
+                 "cpu": 1000 * statistics.median(cpu[name])} for name in round_fns}
 
 
 def round_table(names, runtimes, rounds, warmup, log) -> list[dict]:

@@ -49,16 +49,45 @@ def concatenate(chunk: list[list[np.ndarray]]) -> tuple[tuple[np.ndarray, ...], 
   """Per data leaf, the clients' values end to end, and where each starts.
 
   The concatenations are aligned so that TensorFlow reads them in place: a W2
-  round's data (3 MB) and SCAFFOLD's control variates (8 MB) are copied once,
-  not twice.
+  round's data (3 MB) is copied once, not twice, and SCAFFOLD's control
+  variates (8 MB) once or, when they are rows of the buffer the last round
+  stacked them in (see `_end_to_end`), not at all.
   """
   leaves = list(zip(*chunk))
   offsets = np.zeros((len(leaves), len(chunk) + 1), np.int32)
   for j, parts in enumerate(leaves):
     np.cumsum([len(p) for p in parts], out=offsets[j, 1:])
-  return tuple(np.concatenate(parts, out=_aligned_empty(
-      (int(offsets[j, -1]), *parts[0].shape[1:]), parts[0].dtype))
-               for j, parts in enumerate(leaves)), offsets
+  return tuple(_end_to_end(parts, int(offsets[j, -1])) for j, parts in enumerate(leaves)), offsets
+
+
+def _end_to_end(parts: tuple[np.ndarray, ...], rows: int) -> np.ndarray:
+  """`parts` concatenated: a view when they already lie end to end, in order, in
+  one aligned buffer, else an aligned copy.
+
+  They do when a round's clients are the last round's chunk, in the same
+  order, and their states are read back as the round returned them (rows of
+  the states it stacked): full participation's case. A state is then not
+  copied on its way back in.
+  """
+  first = parts[0]
+  shape = (rows, *first.shape[1:])
+  if first.base is not None and all(
+      p.base is first.base and p.flags.c_contiguous and p.dtype == first.dtype
+      and p.shape[1:] == first.shape[1:] for p in parts):
+    address = start = first.ctypes.data
+    for part in parts:
+      if part.ctypes.data != address:
+        break
+      address += part.nbytes
+    else:
+      if start % _TENSOR_ALIGNMENT == 0:
+        # C order's strides: a part of one row may carry any stride on its first axis.
+        strides, step = [], first.itemsize
+        for size in reversed(shape):
+          strides.insert(0, step)
+          step *= size
+        return np.lib.stride_tricks.as_strided(first, shape, strides, writeable=False)
+  return np.concatenate(parts, out=_aligned_empty(shape, first.dtype))
 
 
 def _aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
