@@ -18,7 +18,8 @@ from fedsim.backend import lazy_imports  # noqa: E402
 
 lazy_imports.defer()
 
-from tests.ray_cluster import ray_cluster  # noqa: E402,F401  (the Ray modules' one cluster)
+# The Ray modules' one cluster.
+from tests.ray_cluster import end_ray_cluster, ray_cluster  # noqa: E402,F401
 
 
 @pytest.fixture(scope="session")
@@ -100,6 +101,15 @@ def pytest_collection_modifyitems(config, items):
     cost[group] = cost.get(group, 0.0) + (10.0 if item.get_closest_marker("slow") else 0.5)
   cost["ray"] = float("inf")
   items.sort(key=lambda item: -cost[item.get_closest_marker("xdist_group").args[0]])
+
+
+@pytest.hookimpl(trylast=True)  # after the test's own fixtures ended
+def pytest_runtest_teardown(item, nextitem):
+  """Stops the Ray modules' cluster after the last of them (they run one after
+  another, first: `pytest_collection_modifyitems`), not at the session's end."""
+  group = lambda test: test.get_closest_marker("xdist_group").args[0]
+  if group(item) == "ray" and (nextitem is None or group(nextitem) != "ray"):
+    end_ray_cluster()
 
 
 def pytest_sessionfinish(session, exitstatus):

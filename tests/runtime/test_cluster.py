@@ -5,6 +5,14 @@ no Ray process behind.
 
 One cluster (tests/ray_cluster.py) serves every Ray module of the session; each
 node has one CPU, so the two workers of a run land on different nodes.
+
+Starting a run's two actors costs seconds of CPU each (TensorFlow's import), so
+the tests run in an order (pytest keeps the file's) where new actors start only
+where a test needs them: the runs first lease the actors test_tff_stages.py left
+idle; the interrupted run kills them just before the `keep_workers: false` run,
+which starts its own anyway and ends them; the sequence test's fresh actors then
+serve the takeover, which ends them; the dying workers, actors of another class,
+come last.
 """
 
 from __future__ import annotations
@@ -100,6 +108,72 @@ def test_a_run_on_the_cluster_equals_inprocess(ray_cluster, tmp_path):
   assert len(pool.idle_actors()) == 2  # the run ended cleanly: its actors wait for the next
 
 
+@pytest.mark.slow
+def test_fedbuff_clients_train_on_the_cluster_as_on_inprocess(ray_cluster, tmp_path):
+  """A buffered algorithm's dispatch is a round of the run: the actors build it on
+  first use and send each client's result back (inprocess equals local:
+  test_contract)."""
+  from tests.runtime.test_contract import FEDBUFF
+  address, _ = ray_cluster
+  want = fedsim.run({**FEDBUFF, "runtime": {"name": "inprocess", "device": "cpu"}},
+                    logdir=tmp_path / "inprocess", progress=False)
+  got = fedsim.run({**FEDBUFF, "runtime": {"name": "ray", "address": address, "workers": 2,
+                                           "device": "cpu"}},
+                   logdir=tmp_path / "ray", progress=False)
+  for g, w in zip(got.final_weights, want.final_weights, strict=True):
+    np.testing.assert_allclose(g, w, rtol=0, atol=1e-6)
+  for a, b in zip(want.metrics, got.metrics, strict=True):
+    np.testing.assert_allclose(b["train/loss"], a["train/loss"], rtol=1e-6)
+    assert b["staleness/mean"] == a["staleness/mean"]
+
+
+@pytest.mark.slow
+def test_a_controlled_run_with_per_client_bits_on_the_cluster_equals_inprocess(
+    ray_cluster, tmp_path):
+  """link_budget gives clients on slow and fast uplinks different bits in one
+  round: each value's round is built by the actors on first use, and the
+  groups merge on the driver as on `inprocess`."""
+  address, _ = ray_cluster
+  # 2 rounds, at most 4 bits: the clients get 1 and 4 bits in round 1, all 4 in
+  # round 2 (each value a round the actors build).
+  config = {**CONFIG, "rounds": 2, "system": {
+      "seconds_per_example": 0.001, "deadline_seconds": 0.45,
+      "profiles": {"up_bps": {"median": 3e4, "sigma": 1.0}}},
+            "aggregation": [{"name": "encode", "encoder": "uniform", "min_elements": 100,
+                             "rounding": "deterministic",
+                             "bits": {"controller": "link_budget", "initial": 2, "max": 4}}]}
+  want = fedsim.run(config, logdir=tmp_path / "inprocess", progress=False)
+  got = fedsim.run({**config, "runtime": {"name": "ray", "address": address, "workers": 2,
+                                          "device": "cpu"}},
+                   logdir=tmp_path / "ray", progress=False)
+  assert any(m["control/bits_min"] < m["control/bits_max"] for m in want.metrics)
+  for g, w in zip(got.final_weights, want.final_weights, strict=True):
+    np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+  for a, b in zip(want.metrics, got.metrics, strict=True):
+    assert (b["control/bits_mean"], b["aggregate_bits"]) == (
+        a["control/bits_mean"], a["aggregate_bits"])
+
+
+@pytest.mark.slow
+def test_an_interrupted_runs_actors_are_killed_not_kept(ray_cluster, tmp_path):
+  import ray
+  address, _ = ray_cluster
+  config = _on_ray({**CONFIG, "rounds": 1}, address)
+  fedsim.run(config, logdir=tmp_path, progress=False)
+  leased = pool.idle_actors()  # what the next run of the same shape takes
+  assert len(leased) == 2
+
+  def interrupt(round_num, metrics):
+    raise KeyboardInterrupt
+
+  with pytest.raises(KeyboardInterrupt):
+    fedsim.run({**config, "rounds": 2}, logdir=tmp_path, progress=False, on_round=interrupt)
+  assert pool.idle_actors() == []
+  for actor in leased:
+    with pytest.raises(ray.exceptions.RayActorError):
+      ray.get(actor.pid.remote(), timeout=60)
+
+
 STATEFUL = {
     "ef": {"aggregation": [{"name": "encode", "encoder": "topk", "k": 20,
                             "min_elements": 100, "error_feedback": True}]},
@@ -170,72 +244,6 @@ def test_runs_in_sequence_share_the_actors_and_give_what_fresh_actors_give(
     for a, b in zip(want.metrics, got.metrics, strict=True):
       np.testing.assert_allclose(b["train/loss"], a["train/loss"], rtol=1e-6)
   assert not np.allclose(first.final_weights[0], second.final_weights[0])
-
-
-@pytest.mark.slow
-def test_fedbuff_clients_train_on_the_cluster_as_on_inprocess(ray_cluster, tmp_path):
-  """A buffered algorithm's dispatch is a round of the run: the actors build it on
-  first use and send each client's result back (inprocess equals local:
-  test_contract)."""
-  from tests.runtime.test_contract import FEDBUFF
-  address, _ = ray_cluster
-  want = fedsim.run({**FEDBUFF, "runtime": {"name": "inprocess", "device": "cpu"}},
-                    logdir=tmp_path / "inprocess", progress=False)
-  got = fedsim.run({**FEDBUFF, "runtime": {"name": "ray", "address": address, "workers": 2,
-                                           "device": "cpu"}},
-                   logdir=tmp_path / "ray", progress=False)
-  for g, w in zip(got.final_weights, want.final_weights, strict=True):
-    np.testing.assert_allclose(g, w, rtol=0, atol=1e-6)
-  for a, b in zip(want.metrics, got.metrics, strict=True):
-    np.testing.assert_allclose(b["train/loss"], a["train/loss"], rtol=1e-6)
-    assert b["staleness/mean"] == a["staleness/mean"]
-
-
-@pytest.mark.slow
-def test_a_controlled_run_with_per_client_bits_on_the_cluster_equals_inprocess(
-    ray_cluster, tmp_path):
-  """link_budget gives clients on slow and fast uplinks different bits in one
-  round: each value's round is built by the actors on first use, and the
-  groups merge on the driver as on `inprocess`."""
-  address, _ = ray_cluster
-  # 2 rounds, at most 4 bits: the clients get 1 and 4 bits in round 1, all 4 in
-  # round 2 (each value a round the actors build).
-  config = {**CONFIG, "rounds": 2, "system": {
-      "seconds_per_example": 0.001, "deadline_seconds": 0.45,
-      "profiles": {"up_bps": {"median": 3e4, "sigma": 1.0}}},
-            "aggregation": [{"name": "encode", "encoder": "uniform", "min_elements": 100,
-                             "rounding": "deterministic",
-                             "bits": {"controller": "link_budget", "initial": 2, "max": 4}}]}
-  want = fedsim.run(config, logdir=tmp_path / "inprocess", progress=False)
-  got = fedsim.run({**config, "runtime": {"name": "ray", "address": address, "workers": 2,
-                                          "device": "cpu"}},
-                   logdir=tmp_path / "ray", progress=False)
-  assert any(m["control/bits_min"] < m["control/bits_max"] for m in want.metrics)
-  for g, w in zip(got.final_weights, want.final_weights, strict=True):
-    np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
-  for a, b in zip(want.metrics, got.metrics, strict=True):
-    assert (b["control/bits_mean"], b["aggregate_bits"]) == (
-        a["control/bits_mean"], a["aggregate_bits"])
-
-
-@pytest.mark.slow
-def test_an_interrupted_runs_actors_are_killed_not_kept(ray_cluster, tmp_path):
-  import ray
-  address, _ = ray_cluster
-  config = _on_ray({**CONFIG, "rounds": 1}, address)
-  fedsim.run(config, logdir=tmp_path, progress=False)
-  leased = pool.idle_actors()  # what the next run of the same shape takes
-  assert len(leased) == 2
-
-  def interrupt(round_num, metrics):
-    raise KeyboardInterrupt
-
-  with pytest.raises(KeyboardInterrupt):
-    fedsim.run({**config, "rounds": 2}, logdir=tmp_path, progress=False, on_round=interrupt)
-  assert pool.idle_actors() == []
-  for actor in leased:
-    with pytest.raises(ray.exceptions.RayActorError):
-      ray.get(actor.pid.remote(), timeout=60)
 
 
 @pytest.mark.slow

@@ -28,7 +28,7 @@ from fedsim.study.executors import ExecutorChoice, choose
 from fedsim.study import on_ray
 from fedsim.study.on_ray import run_resources
 from tests.chaos.processes import MARKER, kill_marked, left_after, marked
-from tests.ray_cluster import RAY, _free_port, _ours, _stop
+from tests.ray_cluster import RAY, _free_port, _ours, _release_fedsims_actors, _stop
 from tests.study.test_interrupted_study import (CONFIG, TIMEOUT_S, _assert_equal_studies,
                                                 _ctrl_c_through_uv, _fedsim, _lines,
                                                 _reference, _start)
@@ -98,7 +98,10 @@ def _statuses(study: pathlib.Path) -> list[str]:
 
 @pytest.mark.slow
 def test_ctrl_c_leaves_a_ray_study_resumable_and_nothing_behind_and_it_ends_as_sequential(
-    reference, tmp_path):
+    reference, ray_cluster, tmp_path):
+  """Ctrl-C on a study on a private Ray instance; the printed command then
+  resumes it on the session's cluster (`--ray-address`): a second private
+  instance would start and stop as the first did."""
   (tmp_path / "proof.yaml").write_text(CONFIG)
   study = tmp_path / "runs" / "proof"
   marker = uuid.uuid4().hex
@@ -130,7 +133,9 @@ def test_ctrl_c_leaves_a_ray_study_resumable_and_nothing_behind_and_it_ends_as_s
   assert match, err
   command = shlex.split(match.group(1))
   assert command[-3:] == ["run", "--resume", str(study)], command
-  resumed = _fedsim("--resume", str(study), "--executor", "ray")
+  address, _ = ray_cluster
+  _release_fedsims_actors()  # idle actors of earlier modules would hold the nodes' CPUs
+  resumed = _fedsim("--resume", str(study), "--executor", "ray", "--ray-address", address)
   _, err = resumed.communicate(timeout=TIMEOUT_S)
   assert resumed.returncode == 0, err
   _assert_equal_studies(study, reference, RUNS)
