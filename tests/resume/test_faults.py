@@ -19,6 +19,7 @@ from fedsim.experiment import loop
 from fedsim.experiment.config.loader import load_config, plain
 from fedsim.reporting import read_metrics_csv, read_status
 from fedsim.state import checkpoint as ckpt
+from fedsim.state import checkpoint_writer
 from tests.resume.events import steps_by_tag
 
 CONFIG = {
@@ -182,13 +183,31 @@ def _stop_after_round(monkeypatch, round_num: int, action) -> None:
   monkeypatch.setattr(loop, "_play_round", play_then_act)
 
 
+def _fill_once_round_1_is_durable(monkeypatch, small_disk) -> None:
+  """Fills the disk after round 2 has run, once round 1's checkpoint is on disk:
+  its write runs while round 2 trains, so under load a disk filled as soon as
+  round 2 ends could fail that write instead (a run that then keeps no
+  checkpoint, as it would have in line with a disk full a moment earlier)."""
+  played, filled = [], []
+  _stop_after_round(monkeypatch, 2, lambda: played.append(2))
+  wait = checkpoint_writer.CheckpointWriter.wait
+
+  def wait_then_fill(writer):
+    wait(writer)
+    if played and not filled:
+      filled.append(2)
+      small_disk.fill()
+
+  monkeypatch.setattr(checkpoint_writer.CheckpointWriter, "wait", wait_then_fill)
+
+
 @pytest.mark.slow
 def test_full_disk_fails_in_one_line_and_the_run_resumes_once_freed(
     tff_runtime, small_disk, tmp_path, monkeypatch, capsys):
   path = tmp_path / "c.yaml"
   path.write_text(yaml.safe_dump(dict(CONFIG, rounds=4)))
   logdir = small_disk.path / "runs"
-  _stop_after_round(monkeypatch, 2, small_disk.fill)
+  _fill_once_round_1_is_durable(monkeypatch, small_disk)
   code, err = _main(capsys, str(path), "--logdir", str(logdir))
   assert code == 1
   (run_dir,) = _run_dirs(logdir / "faults")
