@@ -118,8 +118,11 @@ def test_ctrl_c_leaves_a_ray_study_resumable_and_nothing_behind_and_it_ends_as_s
     assert [c for _, c in marked(marker) if os.path.basename(c.split()[0]) == "uv"] == []
     _ctrl_c_through_uv(process)
     out, err = process.communicate(timeout=60)
-    # Every run's process has ended with the study: a resume may start at once.
-    assert wait_released([study / run for run in RUNS], 0) == []
+    # Every run's process ends with the study. The study waits for them only
+    # within its exit deadline (on_ray._CANCEL_S, _ENDED_S): on a loaded machine
+    # (the suite's other worker busy) a run's process has been seen ending after
+    # the study, so a resume may have to wait seconds, not more.
+    assert wait_released([study / run for run in RUNS], 10) == []
   finally:
     kill_marked(marker)
   assert process.returncode == 130, err
