@@ -150,16 +150,25 @@ def _round_function(encoder, clients: int):
   decodes stacked, client 0's encoded tensors); traced, as in a run, so that
   shapes that depend on the values stay dynamic."""
 
+  # One client's share, traced once and called per client, as a run's client
+  # graph is: its draws are seeded by its value (`te_api`), not by its place.
+  @tf.function(autograph=False)
+  def client(value, encode_params, before_sum, after_sum):
+    encoded = encoder.encode(value, encode_params)[0]
+    part = encoder.decode_before_sum(encoded, before_sum)
+    return encoded, part, encoder.decode_after_sum(part, after_sum, 1)
+
   @tf.function(autograph=False)
   def one_round(values, round_num):
     state = encoder.initial_state()
     with te_api.noise_round(round_num):
       encode_params, before_sum, after_sum = encoder.get_params(state)
-      encoded = [encoder.encode(values[i], encode_params)[0] for i in range(clients)]
-    parts = [encoder.decode_before_sum(e, before_sum) for e in encoded]
-    singles = tf.stack([encoder.decode_after_sum(p, after_sum, 1) for p in parts])
+      shares = [client(values[i], encode_params, before_sum, after_sum)
+                for i in range(clients)]
+    parts = [part for _, part, _ in shares]
+    singles = tf.stack([single for _, _, single in shares])
     summed = tf.nest.map_structure(lambda *xs: tf.add_n(list(xs)), *parts)
-    return encoder.decode_after_sum(summed, after_sum, clients), singles, encoded[0]
+    return encoder.decode_after_sum(summed, after_sum, clients), singles, shares[0][0]
 
   return one_round
 
