@@ -4,6 +4,7 @@
     uv run python bench/stateful.py --workload P1  # ~5 min on 2 cores
     uv run python bench/stateful.py --rounds 30 --runtimes inprocess,local
     uv run python bench/stateful.py --variants fedavg,scaffold --overlaps 10,1
+    uv run python bench/stateful.py --workload P1 --state-chunks 512,58
     uv run python bench/stateful.py --ops          # also: ops each round executes
     uv run python bench/stateful.py --ray-check    # also: ray (2 workers) = inprocess?
 
@@ -25,7 +26,12 @@ local step costs, as SCAFFOLD's correction does.
 
 `--overlaps 10,1` builds every variant once per value of the client loop's
 `parallel_iterations` (`round_graphs.OVERLAP`; a variant's name gets `@1`), all
-taking turns. `--ops` first counts, in one round of each variant after its
+taking turns. `--state-chunks 512,58` likewise builds every variant once per
+bound on the client states one graph call holds (MiB; `inprocess`'s is 512;
+58 splits P1's 50 stateful clients into six calls, as the 64 MiB bound on data
+and states together did before states had a bound of their own; a variant's
+name gets `@s58`). Each variant's graph calls per round are printed first.
+`--ops` first counts, in one round of each variant after its
 warm-up, the TensorFlow ops executed (`lockstep_ops.ops_executed`: one profiler
 event per kernel run) and prints the op types each stateful variant runs more
 than its twin.
@@ -81,12 +87,14 @@ def variant_config(variant: str, runtime: str, workload: str = "W2") -> dict:
 
 
 def round_fn(variant: str, runtime: str, tmp: pathlib.Path, workload: str = "W2",
-             overlap: int | None = None):
+             overlap: int | None = None, state_chunk_mb: int | None = None):
   """A no-arg function playing one round of every client of `workload`, states
-  in a store, and the runtime's notice (or None). `overlap`: the client loop's
-  `parallel_iterations` (default `round_graphs.OVERLAP`); another value compiles
-  `inprocess`'s round anew and holds it while the round is played (a round of
-  several chunks traces its client loop at its first call)."""
+  in a store, the runtime's notice (or None) and the round's graph calls
+  (`inprocess`; else None). `overlap`: the client loop's `parallel_iterations`
+  (default `round_graphs.OVERLAP`); another value compiles `inprocess`'s round
+  anew and holds it while the round is played (a round of several chunks traces
+  its client loop at its first call). `state_chunk_mb`: MiB of client states
+  one graph call holds (default `inprocess`'s)."""
   sim = build_simulation(load_config(variant_config(variant, runtime, workload))[0])
   process = sim.round_process
   if overlap is None or overlap == round_graphs.OVERLAP:
@@ -95,12 +103,14 @@ def round_fn(variant: str, runtime: str, tmp: pathlib.Path, workload: str = "W2"
     def held():
       return mock.patch.object(round_graphs, "OVERLAP", overlap)
 
+  if held is not contextlib.nullcontext or state_chunk_mb is not None:
+    bounds = {} if state_chunk_mb is None else {"state_chunk_bytes": state_chunk_mb * 2**20}
     with held():  # not the simulation's round: that is cached per configuration
-      process = inprocess.InProcessProcess(sim.algorithm.process, "auto")
+      process = inprocess.InProcessProcess(sim.algorithm.process, "auto", **bounds)
   ids = list(sim.data.client_ids[:CLIENTS[workload]])
   packed = [pack_client(sim, 1, cid) for cid in ids]
   state = [process.initialize()]
-  store = (ClientStateStore(tmp / f"{variant}@{overlap or round_graphs.OVERLAP}" / runtime,
+  store = (ClientStateStore(tmp / f"{variant}@{overlap}@s{state_chunk_mb}" / runtime,
                             sim.algorithm.initial_client_state)
            if sim.algorithm.stateful_clients else None)
   round_num = [0]
@@ -114,7 +124,10 @@ def round_fn(variant: str, runtime: str, tmp: pathlib.Path, workload: str = "W2"
       state[0], _, new_states = process.next(state[0], packed, store.load(ids))
     store.save(ids, new_states, round_num[0])
 
-  return play, sim.runtime_notice
+  calls = None
+  if isinstance(process, inprocess.InProcessProcess):
+    calls = sum(1 for _ in process._chunks(packed, store and store.load(ids)))
+  return play, sim.runtime_notice, calls
 
 
 def ray_check(rounds: int = 3, workload: str = "W2") -> dict[str, float]:
@@ -166,6 +179,8 @@ def main(argv=None) -> int:
                       help=f"comma-separated, of {', '.join(VARIANTS)}")
   parser.add_argument("--overlaps", default=str(round_graphs.OVERLAP),
                       help="the client loop's parallel_iterations, comma-separated")
+  parser.add_argument("--state-chunks", default=str(inprocess._STATE_CHUNK_BYTES // 2**20),
+                      help="MiB of client states one graph call holds, comma-separated")
   parser.add_argument("--ops", action="store_true", help="first count the ops of a round")
   parser.add_argument("--ray-check", action="store_true",
                       help="then run each stateful variant 3 rounds on ray and inprocess")
@@ -179,18 +194,28 @@ def main(argv=None) -> int:
   overlaps = [int(n) for n in args.overlaps.split(",")]
   if overlaps != [round_graphs.OVERLAP] and args.runtimes != "inprocess":
     parser.error("--overlaps: only inprocess has a client loop to vary")
+  state_chunks = [int(n) for n in args.state_chunks.split(",")]
+  if len(state_chunks) > 1 and args.runtimes != "inprocess":
+    parser.error("--state-chunks: only inprocess has graph calls to bound")
   print(f"{args.workload}, {rounds} rounds after {warmup}; TensorFlow pools set as for"
         f" runtime.threads: clients: {THREADS_SET}; {load()}", flush=True)
   with workloads.tff_session(), tempfile.TemporaryDirectory() as tmp:
     for runtime in args.runtimes.split(","):
       fns, pairs = {}, []
-      for overlap in overlaps:
-        tag = "" if overlap == overlaps[0] else f"@{overlap}"
+      # (overlap, state MiB, name tag): each value of one option with the other's first.
+      builds = ([(overlaps[0], state_chunks[0], "")]
+                + [(o, state_chunks[0], f"@{o}") for o in overlaps[1:]]
+                + [(overlaps[0], mb, f"@s{mb}") for mb in state_chunks[1:]])
+      default_mb = inprocess._STATE_CHUNK_BYTES // 2**20
+      for overlap, state_mb, tag in builds:
         for variant in variants:
-          fns[variant + tag], notice = round_fn(variant, runtime, pathlib.Path(tmp),
-                                                args.workload, overlap)
+          fns[variant + tag], notice, calls = round_fn(
+              variant, runtime, pathlib.Path(tmp), args.workload, overlap,
+              None if state_mb == default_mb else state_mb)
           if notice:
             print(f"  {variant} on {runtime}: {notice}")
+          if calls is not None:
+            print(f"  {variant + tag}: {calls} graph call(s) a round", flush=True)
         pairs += [(a + tag, b + tag) for a, b in PAIRS if a in variants and b in variants]
         if tag:
           pairs += [(v + tag, v) for v in variants]

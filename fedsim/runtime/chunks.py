@@ -1,41 +1,55 @@
 """A round's clients as the compiled client loop reads them: chunks of concatenated leaves.
 
 Each client's data (and, when the clients keep state, its state) is flattened
-into leaves; clients are grouped into chunks of at most `chunk_bytes`, and a
-chunk's clients are laid end to end per leaf, with the offsets where each
-starts, so one graph call runs the whole chunk and each iteration slices its
-client back out.
+into leaves; clients are grouped into chunks, each bounded apart in client
+data bytes and in client state bytes, and a chunk's clients are laid end to
+end per leaf, with the offsets where each starts, so one graph call runs the
+whole chunk and each iteration slices its client back out.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
 from fedsim.backend import computations
 
 
-def chunks(client_data: Sequence[Any], data_type, data_leaves,
-           chunk_bytes: int) -> Iterator[list[list[np.ndarray]]]:
+class ChunkBounds(NamedTuple):
+  """Most bytes of a round's clients one chunk (graph call) holds; a chunk takes
+  at least one client, however large."""
+  data: int     # client data
+  states: int   # client states: the last `state_leaves` leaves of each client
+
+
+def chunks(client_data: Sequence[Any], data_type, data_leaves, bounds: ChunkBounds,
+           state_leaves: int = 0) -> Iterator[list[list[np.ndarray]]]:
   """Lists of clients, each a list of its data leaves as arrays of the leaf types.
 
-  Clients are read one at a time (a lazily packed round is never held at
-  once). Scalar leaves become shape [1], so that every leaf concatenates on axis 0.
+  The last `state_leaves` leaves of a client are its state (a stateful round
+  reads `(data, state)` pairs): they count toward `bounds.states`, the others
+  toward `bounds.data`. Clients are read one at a time (a lazily packed round
+  is never held at once). Scalar leaves become shape [1], so that every leaf
+  concatenates on axis 0.
   """
   flatten = computations.flattener(data_type)
   shapes = [(np.dtype(t.dtype), (-1, *t.shape[1:]) if t.shape else (1,)) for t in data_leaves]
-  chunk, size = [], 0
+  split = len(data_leaves) - state_leaves
+  chunk, data_size, state_size = [], 0, 0
   for client in client_data:
     leaves = []
     flatten(client, leaves.append)
     leaves = [np.asarray(v, dtype).reshape(shape) for v, (dtype, shape) in zip(leaves, shapes)]
-    nbytes = sum(v.nbytes for v in leaves)
-    if chunk and size + nbytes > chunk_bytes:
+    data_bytes = sum(v.nbytes for v in leaves[:split])
+    state_bytes = sum(v.nbytes for v in leaves[split:])
+    if chunk and (data_size + data_bytes > bounds.data
+                  or state_size + state_bytes > bounds.states):
       yield chunk
-      chunk, size = [], 0
+      chunk, data_size, state_size = [], 0, 0
     chunk.append(leaves)
-    size += nbytes
+    data_size += data_bytes
+    state_size += state_bytes
   if chunk:
     yield chunk
 

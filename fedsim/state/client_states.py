@@ -8,6 +8,13 @@ checkpoint `flush` writes every state changed since the last one, so the
 directory (which the checkpoint links) holds the states of that round: a
 resumed run reads them back bit for bit. A client never seen starts from the
 algorithm's initial client state.
+
+A compiled round returns its clients' new states as rows of one buffer per
+state tensor (and per graph call), which the store keeps as they are: the next
+round with the same clients in the same order then reads them without a copy.
+A buffer lives while any of its rows is kept, so once the rows the store still
+holds are less than half of it, they are copied out and the buffer freed: the
+buffers kept alive are at most twice the states held.
 """
 
 from __future__ import annotations
@@ -40,6 +47,10 @@ class ClientStateStore:
     self._memory: collections.OrderedDict[str, tuple[list, int | None]] = (
         collections.OrderedDict())
     self._dirty: set[str] = set()   # in memory, newer than its file
+    # id of a buffer kept states are rows of -> (buffer, {(client id, leaf index)
+    # of those rows}, their bytes); see `_hold` and `_compact`.
+    self._buffers: dict[int, tuple[np.ndarray, set, list[int]]] = {}
+    self._changed: set[int] = set()  # buffers that gained or lost rows since `_compact`
 
   def _path(self, client_id: str) -> pathlib.Path:
     return self.directory / f"{client_id}.npz"
@@ -62,8 +73,11 @@ class ClientStateStore:
       if len(leaves) != len(self._initial):
         raise ValueError(f"client state of {cid} has {len(leaves)} tensors,"
                          f" expected {len(self._initial)}")
+      if cid in self._memory:
+        self._release(cid, self._memory[cid][0])
       self._memory[cid] = (leaves, round_num)
       self._memory.move_to_end(cid)
+      self._hold(cid, leaves)
       self._dirty.add(cid)
     self._spill()
 
@@ -99,7 +113,7 @@ class ClientStateStore:
       entry = ([f[f"arr_{i}"] for i in range(len(self._initial))],
                int(f[_UPDATED]) if _UPDATED in f.files else None)
     if self._capacity:
-      self._memory[cid] = entry
+      self._memory[cid] = entry  # its own arrays: no buffer to hold
       self._spill()
     return entry
 
@@ -110,6 +124,41 @@ class ClientStateStore:
       if cid in self._dirty:
         self._write(cid, *entry)
         self._dirty.discard(cid)
+      self._release(cid, entry[0])
+    self._compact()
+
+  def _hold(self, cid: str, leaves: list) -> None:
+    """Counts `cid`'s leaves that are rows of a larger buffer toward that buffer."""
+    for i, leaf in enumerate(leaves):
+      base = leaf.base
+      if isinstance(base, np.ndarray) and base.nbytes > leaf.nbytes:
+        _, rows, held = self._buffers.setdefault(id(base), (base, set(), [0]))
+        rows.add((cid, i))
+        held[0] += leaf.nbytes
+        self._changed.add(id(base))
+
+  def _release(self, cid: str, leaves: list) -> None:
+    """Uncounts `cid`'s rows (replaced or spilled); `_compact` then checks their buffers."""
+    for i, leaf in enumerate(leaves):
+      found = self._buffers.get(id(leaf.base))
+      if found is not None and (cid, i) in found[1]:
+        found[1].discard((cid, i))
+        found[2][0] -= leaf.nbytes
+        self._changed.add(id(leaf.base))
+
+  def _compact(self) -> None:
+    """Frees each changed buffer now held less than half (its rows a save took
+    only some of, or lost since): its remaining rows are copied out. Run after
+    a whole save, so that a round replacing every row of a buffer (full
+    participation) copies none."""
+    for key in self._changed:
+      base, rows, held = self._buffers[key]
+      if 2 * held[0] >= base.nbytes:
+        continue
+      del self._buffers[key]
+      for cid, i in rows:
+        self._memory[cid][0][i] = self._memory[cid][0][i].copy()
+    self._changed.clear()
 
   def _write(self, cid: str, leaves: list, updated: int | None) -> None:
     arrays = {f"arr_{i}": leaf for i, leaf in enumerate(leaves)}

@@ -62,3 +62,48 @@ def test_any_budget_gives_the_same_states_and_ages(tmp_path, budget):
       store.flush()
       on_disk = ClientStateStore(store.directory, _state(0.0), memory_bytes=0)
       assert [s[0][0] for s in on_disk.load(list(want))] == list(want.values())
+
+
+def _rows(values):
+  """States as rows of one buffer, as a compiled round returns its clients' new states."""
+  buffer = np.repeat(np.asarray(values, np.float32)[:, None], 4, axis=1)
+  return buffer, [(row,) for row in buffer]
+
+
+def test_rows_of_a_buffer_stay_views_while_half_of_it_is_held(tmp_path):
+  store = ClientStateStore(tmp_path / "s", _state(0.0), memory_bytes=1 << 20)
+  ids = ["a", "b", "c", "d"]
+  buffer, states = _rows([1.0, 2.0, 3.0, 4.0])
+  store.save(ids, states, 1)
+
+  def views():
+    return [state[0].base is buffer for state in store.load(ids)]
+
+  assert views() == [True] * 4
+  store.save(["a", "b"], [_state(5.0), _state(6.0)], 2)
+  assert views() == [False, False, True, True]  # half of it held: kept
+  store.save(["c"], [_state(7.0)], 3)
+  assert views() == [False] * 4  # a quarter: d's row copied out, the buffer freed
+  assert [s[0][0] for s in store.load(ids)] == [5.0, 6.0, 7.0, 4.0]
+  _, again = _rows([8.0, 9.0, 10.0, 11.0])
+  store.save(ids, again, 4)  # every row replaced at once
+  assert [s[0].base is again[0][0].base for s in store.load(ids)] == [True] * 4
+  partial, rows = _rows([12.0, 13.0, 14.0, 15.0])
+  store.save(["e"], rows[:1], 5)  # one row of four taken: copied at once
+  assert store.load(["e"])[0][0].base is not partial
+  assert store.load(["e"])[0][0][0] == 12.0
+
+
+def test_buffers_kept_alive_are_at_most_twice_the_states_held(tmp_path):
+  """Rounds of 6 of 16 clients, each round's states rows of one buffer: without
+  copying out, rows left behind would keep most old buffers alive."""
+  rng = np.random.default_rng(0)
+  population = [f"c{i}" for i in range(16)]
+  store = ClientStateStore(tmp_path / "s", _state(0.0), memory_bytes=16 * STATE_BYTES)
+  for round_num in range(1, 40):
+    ids = list(rng.choice(population, 6, replace=False))
+    store.save(ids, _rows(rng.normal(size=6))[1], round_num)
+    held = [state[0] for state in store.load(population)]
+    alive = {id(a if a.base is None else a.base): (a if a.base is None else a.base).nbytes
+             for a in held}
+    assert sum(alive.values()) <= 2 * sum(a.nbytes for a in held)

@@ -101,6 +101,53 @@ def test_chunks_run_apart_and_merged_equal_one_round(case):
   _assert_equal(split, whole)
 
 
+def _clients_per_call(process):
+  """Records the clients of each graph call `process` makes (whole round or chunk)."""
+  calls = []
+  whole, chunk = process._round, process._clients
+
+  def whole_round(leaves):
+    calls.append(leaves[-1].shape[1] - 1)  # its offsets: one column per client, plus one
+    return whole(leaves)
+
+  def clients(client_input, acc, data, offsets):
+    calls.append(offsets.shape[1] - 1)
+    return chunk(client_input, acc, data, offsets)
+
+  process._round, process._clients = whole_round, clients
+  return calls
+
+
+# Five clients of 2, 3, 1, 1 and 4 batches: 80, 120, 40, 40 and 160 bytes of
+# data (a batch is 2 x 3 float32 features, 2 int32 labels, 2 float32 mask
+# entries); each state is a 3 x 2 kernel and a bias of 2, 32 bytes of float32.
+@pytest.mark.parametrize("case", ["fedavg_topk_error_feedback", "scaffold"])
+@pytest.mark.parametrize("data_bytes,state_bytes,clients_per_call", [
+    (2**26, 2**26, [5]),          # one call: the whole round
+    (2**26, 64, [2, 2, 1]),       # two states a call
+    (160, 2**26, [1, 2, 1, 1]),   # 80 | 120 + 40 | 40 | 160
+    (160, 32, [1] * 5),           # either bound alone would pair some
+])
+def test_a_call_holds_client_data_and_states_up_to_a_bound_each(case, data_bytes, state_bytes,
+                                                                clients_per_call):
+  """Data and states bound a graph call apart, and however a round splits into
+  calls its results are the same bits (the accumulator runs on from call to call)."""
+  alg = _algorithm(case)
+  data = ROUNDS[0] + ROUNDS[1]
+  results = []
+  for bounds in ((data_bytes, state_bytes), (2**26, 2**26)):
+    process = inprocess.InProcessProcess(alg.process, "cpu", chunk_bytes=bounds[0],
+                                         state_chunk_bytes=bounds[1])
+    calls = _clients_per_call(process)
+    state, states = process.initialize(), [alg.initial_client_state] * len(data)
+    for _ in range(2):  # the second round reads the states the first returned
+      state, measurements, states = process.next(state, data, states)
+    assert calls == 2 * ([5] if bounds == (2**26, 2**26) else clients_per_call)
+    results.append(_leaves([state, measurements, states]))
+  for got, want in zip(*results):
+    np.testing.assert_array_equal(got, want)
+
+
 def _shapes(state):
   """{key: [(shape, dtype) of each tensor]} of a client state (a mapping of sequences)."""
   return {key: [(np.shape(leaf), np.asarray(leaf).dtype.name) for leaf in leaves]
