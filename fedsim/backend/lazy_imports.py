@@ -36,10 +36,15 @@ The exceptions are names read from the body of a module while it is imported
   import xla_computation`), to call it when a JAX function is converted. They get
   a stand-in that runs JAX and calls the real function when it is called (and, as
   that statement first asks whether JAX is a package, no `__path__`).
+- Matplotlib asks whether each value it plots is a JAX array (`cbook`'s
+  `_is_jax_array` reads `jax.Array` from whatever module is `sys.modules["jax"]`)
+  and would run JAX for every `fedsim run` that draws a study's plot. Until JAX
+  has run no JAX array can exist, so it gets a class nothing is an instance of.
 A TFF or TensorFlow that reads more names at import is therefore only slower,
 never wrong.
 
-This module is the only place that knows which TFF internals read what.
+This module is the only place that knows which TFF internals (and which other
+readers) read what.
 """
 
 from __future__ import annotations
@@ -64,6 +69,10 @@ _ANNOTATING = "tensorflow_federated."
 # (package, name) -> the package whose module bodies read that name at import, to
 # call it later: they get a stand-in that runs the package when called.
 READ_AT_IMPORT = {("jax", "xla_computation"): "tensorflow.lite."}
+# (package, type) -> the package whose functions read it only to ask whether a
+# value is an instance: before the package has run, none can be.
+TYPE_PROBES = {("jax", "Array"): "matplotlib."}
+_NO_INSTANCES: dict = {}
 # Run one deferred package at a time, re-entrantly: running tensorflow_privacy
 # imports dp_accounting in the same thread.
 _LOCK = threading.RLock()
@@ -159,9 +168,13 @@ def _stand_in(module, package: str, name: str):
   `package` (see the module docstring), or None: the read runs the package."""
   # Two frames up: this function's caller is __getattr__, whose caller read the name.
   reader = inspect.currentframe().f_back.f_back
+  importer = str(reader.f_globals.get("__name__", ""))
+  prober = TYPE_PROBES.get((package, name))
+  if prober is not None and importer.startswith(prober):
+    return _NO_INSTANCES.setdefault((package, name), type(name, (), {
+        "__module__": package, "__doc__": f"No value is a {package}.{name} before {package} runs."}))
   if reader.f_code.co_flags & inspect.CO_OPTIMIZED:  # a function, not a module or class body
     return None
-  importer = str(reader.f_globals.get("__name__", ""))
   spelled, annotations = DEFERRED[package]
   if name in annotations and importer.startswith(_ANNOTATING):
     return f"{spelled}.{name}"

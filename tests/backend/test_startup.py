@@ -134,6 +134,23 @@ def test_the_stand_in_is_only_for_the_named_readers_module_bodies(fake, reader):
   assert module["GOT"] is fedsim_fake_dp.twice
 
 
+@pytest.mark.parametrize("reader", ["matplotlib.cbook", "fedsim.reporting"])
+def test_a_type_probe_before_the_package_runs_matches_nothing(fake, monkeypatch, reader):
+  import fedsim_fake_dp
+  monkeypatch.setattr(lazy_imports, "TYPE_PROBES", {("fedsim_fake_dp", "Other"): "matplotlib."})
+  module = {"__name__": reader, "sys": sys}
+  _exec("def probe(x):\n  tp = sys.modules['fedsim_fake_dp'].Other\n"
+        "  return isinstance(tp, type) and isinstance(x, tp)\n", module)
+  if reader == "fedsim.reporting":   # not the named reader: the package runs
+    assert module["probe"](1.0) is False and _ran() == ["fedsim_fake_dp"]
+    return
+  assert module["probe"](1.0) is False and module["probe"](object()) is False
+  assert _ran() == [] and _deferred("fedsim_fake_dp")
+  other = fedsim_fake_dp.Annot   # any other read runs it; then the probe sees the real type
+  assert _ran() == ["fedsim_fake_dp"] and other is fedsim_fake_dp.Annot
+  assert module["probe"](fedsim_fake_dp.Other()) is True
+
+
 def test_a_failing_package_raises_at_first_use_and_is_imported_afresh(fake):
   import fedsim_fake_broken
   with pytest.raises(RuntimeError, match="broken on purpose"):
@@ -175,6 +192,8 @@ def test_tff_imported_by_fedsim_defers_its_dp_packages_and_jax_until_first_used(
                                  for n in names]
       dp, jax = ("tensorflow_privacy", "dp_accounting"), ("jax", tff.jax.__name__)
       print(deferred(*dp), [n in sys.modules for n in ("tensorflow_probability", "scipy.stats")])
+      from matplotlib import cbook  # asks each plotted value whether it is a JAX array
+      print(cbook._unpack_to_numpy(1.5) == 1.5, deferred(*jax))
       factory = tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
           noise_multiplier=1.0, clients_per_round=10, clip=1.0)
       import tensorflow_privacy
@@ -186,8 +205,8 @@ def test_tff_imported_by_fedsim_defers_its_dp_packages_and_jax_until_first_used(
       print(gc.isenabled(), gc.get_freeze_count() > 100_000)  # the import's objects, frozen
       """)
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-  assert out.stdout.splitlines()[-5:] == [
-      "[True, True] [False, False]", "[False, False] True",
+  assert out.stdout.splitlines()[-6:] == [
+      "[True, True] [False, False]", "True [True, True]", "[False, False] True",
       "[True, True] False True", "True [False, False] True", "True True"]
 
 
