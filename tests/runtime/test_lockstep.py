@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -64,12 +65,21 @@ def _run(process):
   return state, measurements
 
 
+@functools.cache
 def _algorithm(model_name, algorithm_name, encoded):
+  """Built once per module: tests that share one share its build and compiled
+  MapReduceForm (runtimes read the algorithm, never change it)."""
   model = builders.task_model(model_name, input_shape=(DIM,), num_classes=CLASSES,
                               **MODELS[model_name])
   compression = parse_compression(ENCODER) if encoded else None
   return builders.algorithm(algorithm_name, ALGORITHMS[algorithm_name], model,
                             batch_size=BATCH, compression=compression)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _free_algorithms():
+  yield
+  _algorithm.cache_clear()
 
 
 CASES = [(m, a, e) for m in MODELS for a in ALGORITHMS for e in (False, True)]
