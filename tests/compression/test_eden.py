@@ -73,11 +73,12 @@ def _rotated_draws(x: np.ndarray, bits: int) -> np.ndarray:
   rotated = np.einsum("kij,j->ki", rotations, x).astype(np.float32)
   stage = EdenStage(bits)
 
+  # The loop over draws in one graph: an eager map_fn calls a function per draw.
   @tf.function
-  def one(y):
-    return stage.decode(stage.encode(y, {}), {})
+  def all_draws(ys):
+    return tf.map_fn(lambda y: stage.decode(stage.encode(y, {}), {}), ys)
 
-  decoded = tf.map_fn(one, tf.constant(rotated)).numpy().astype(np.float64)
+  decoded = all_draws(tf.constant(rotated)).numpy().astype(np.float64)
   return np.einsum("kji,kj->ki", rotations, decoded)
 
 

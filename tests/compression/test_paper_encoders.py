@@ -41,13 +41,17 @@ def _draws(make_stage, x: np.ndarray, shape=None) -> np.ndarray:
   """[DRAWS, n]: decode(encode(x)) of stages built with DRAWS different salts."""
   salts = tf.constant(np.random.default_rng(0).integers(-2**31, 2**31, (DRAWS, 2)), tf.int32)
 
-  @tf.function
   def one(salt):
     stage = make_stage(salt)
     encoded = stage.encode(tf.constant(x), stage.get_params()[0])
     return stage.decode(encoded, {}, shape=shape)
 
-  return tf.map_fn(one, salts, fn_output_signature=tf.float32).numpy().astype(np.float64)
+  # The loop over draws in one graph: an eager map_fn calls a function per draw.
+  @tf.function
+  def all_draws(salts):
+    return tf.map_fn(one, salts, fn_output_signature=tf.float32)
+
+  return all_draws(salts).numpy().astype(np.float64)
 
 
 def _assert_unbiased(draws: np.ndarray, x: np.ndarray, variance: np.ndarray):

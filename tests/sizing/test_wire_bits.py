@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -16,19 +17,33 @@ METRICS_BITS = 3 * 32  # loss sum, correct predictions, examples (float32 each)
 WEIGHT_BITS = 32
 
 
+@functools.cache
+def _model(name, input_shape, hidden=None):
+  """One 10-class model per architecture for the module: sizing reads its types,
+  never changes it, and building one traces Keras."""
+  params = {} if hidden is None else {"hidden": list(hidden)}
+  return builders.task_model(name, input_shape, 10, **params)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _free_models():
+  yield
+  _model.cache_clear()
+
+
 def _wire(model, compression=None, weighting="num_examples"):
   alg = builders.algorithm("fedavg", {"client_weighting": weighting}, model, batch_size=4,
                            compression=compression)
   return client_wire_bits(alg.process, alg.upload_extras_types)
 
 
-@pytest.mark.parametrize("model,input_shape,params,num_params", [
-    ("cnn", (28, 28, 1), {}, 1_663_370),
-    ("mlp", (784,), {"hidden": [200, 200]}, 199_210),
-    ("logistic", (64,), {}, 650),
+@pytest.mark.parametrize("model,input_shape,hidden,num_params", [
+    ("cnn", (28, 28, 1), None, 1_663_370),
+    ("mlp", (784,), (200, 200), 199_210),
+    ("logistic", (64,), None, 650),
 ])
-def test_uncompressed_model_part_is_params_times_32(model, input_shape, params, num_params):
-  task_model = builders.task_model(model, input_shape, 10, **params)
+def test_uncompressed_model_part_is_params_times_32(model, input_shape, hidden, num_params):
+  task_model = _model(model, input_shape, hidden)
   assert task_model.num_params == num_params
   wire = _wire(task_model)
   assert wire.broadcast == wire.broadcast_model == num_params * 32
@@ -37,7 +52,7 @@ def test_uncompressed_model_part_is_params_times_32(model, input_shape, params, 
 
 
 def test_uniform_weighting_sends_no_weight():
-  wire = _wire(builders.task_model("logistic", (64,), 10), weighting="uniform")
+  wire = _wire(_model("logistic", (64,)), weighting="uniform")
   assert wire.aggregate_other == METRICS_BITS
   # but TFF's unweighted mean counts clients: each sends an int32 1 with its update.
   assert wire.aggregate_model == 650 * 32 + 32
@@ -49,9 +64,11 @@ def _packed_bits(n, bits):
   return math.ceil(n * bits / 28) * 32 + 2 * 32
 
 
-@pytest.mark.parametrize("bits", [8, 4])
+# 4 bits sizes through the same code as 8 (the paper encoders below pack 1, 2
+# and 4 bits by default): a CNN build more, so `-m long`.
+@pytest.mark.parametrize("bits", [8, pytest.param(4, marks=pytest.mark.long)])
 def test_uniform_quantization_sizes_cnn(bits):
-  model = builders.task_model("cnn", (28, 28, 1), 10)
+  model = _model("cnn", (28, 28, 1))
   spec = parse_compression({
       "broadcast": {"encoder": "uniform", "bits": bits, "min_elements": 10000},
       "aggregation": {"encoder": "uniform", "bits": bits, "min_elements": 10000}})
@@ -82,7 +99,7 @@ def _encode_wire(model, stage):
 
 
 def test_topk_sends_k_values_and_k_int32_indices_per_tensor():
-  model = builders.task_model("mlp", (784,), 10, hidden=[200, 200])
+  model = _model("mlp", (784,), (200, 200))
   wire = _encode_wire(model, {"name": "encode", "encoder": "topk", "fraction": 0.01})
   sizes = [w.size for w in model.initial_weights.trainable]
   # k = ceil(0.01 n) float32 values + k int32 indices for 156800 and 40000;
@@ -115,7 +132,7 @@ ENCODED_BITS = {
 
 @pytest.mark.parametrize("encoder", sorted(ENCODED_BITS))
 def test_paper_encoders_size_to_what_they_encode(encoder):
-  model = builders.task_model("mlp", (64,), 10, hidden=[200])   # kernels 12800 and 2000
+  model = _model("mlp", (64,), (200,))   # kernels 12800 and 2000
   name, *bucket = encoder.split(" bucket ")
   stage = {"name": "encode", "encoder": name, **({"bucket": int(bucket[0])} if bucket else {})}
   wire = _encode_wire(model, stage)
