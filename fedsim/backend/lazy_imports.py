@@ -22,9 +22,10 @@ the first use is inside a traced function. Once run, the module is a plain
 module: callers cannot tell it from an eagerly imported one.
 (This is `importlib.util.LazyLoader`'s scheme, plus the two exceptions below.)
 
-The exceptions are names read from the body of a module while it is imported
-(never from a function, where these packages are used), by the one package
-`READ_AT_IMPORT` names for them; any other read runs the package:
+The exceptions are names read by the one package named for them here: from
+the body of a module while it is imported (`READ_AT_IMPORT`, and TFF's
+annotations), or from a function only to ask whether a value is an instance
+(`TYPE_PROBES`); any other read runs the package:
 - While TFF 0.87 is imported, its modules read three names of the DP packages,
   each only as a type annotation of a function it defines
   (`DifferentiallyPrivateFactory._create_from_query(query: tfp.DPQuery)`,
@@ -171,8 +172,10 @@ def _stand_in(module, package: str, name: str):
   importer = str(reader.f_globals.get("__name__", ""))
   prober = TYPE_PROBES.get((package, name))
   if prober is not None and importer.startswith(prober):
-    return _NO_INSTANCES.setdefault((package, name), type(name, (), {
-        "__module__": package, "__doc__": f"No value is a {package}.{name} before {package} runs."}))
+    if (package, name) not in _NO_INSTANCES:  # one class, whatever reads it (per plotted value)
+      _NO_INSTANCES[package, name] = type(name, (), {
+          "__module__": package, "__doc__": f"No value is a {package}.{name} before {package} runs."})
+    return _NO_INSTANCES[package, name]
   if reader.f_code.co_flags & inspect.CO_OPTIMIZED:  # a function, not a module or class body
     return None
   spelled, annotations = DEFERRED[package]
