@@ -53,7 +53,7 @@ _HOOK_TIMEOUT_S = 1.0
 
 _lock = threading.RLock()  # A signal handler may run while the main thread holds it.
 _installed = False
-_first_interrupt_at: float | None = None  # when the Python handler first ran (monotonic)
+_interrupted = False      # the Python SIGINT handler has raised its KeyboardInterrupt
 _resume_hint = ""
 _stderr_fd: int | None = None  # fd 2 as it was when the handlers were installed
 _signalled = False        # a SIGINT or SIGTERM has started this exit
@@ -136,15 +136,20 @@ def set_resume_hint(hint: str) -> None:
 
 
 def _on_sigint(signum, frame) -> None:
+  """Raises the first SIGINT's KeyboardInterrupt; later ones are the watcher's.
+
+  Whether a later SIGINT is a second Ctrl-C or the first one's copy is decided
+  by when it arrived, which only the watcher sees: this handler runs when the
+  main thread next reaches a bytecode, after a C call that may take seconds
+  (e.g. Ray's wait for cancelled tasks), so uv's copy sent 10 ms after the
+  first looked like a second Ctrl-C here.
+  """
   del signum
-  global _first_interrupt_at, _signalled
+  global _interrupted, _signalled
   _signalled = True
-  now = time.monotonic()
-  if _first_interrupt_at is not None:
-    if now - _first_interrupt_at > SAME_INTERRUPT_S:
-      force_exit(130, "interrupted again; exiting now")
+  if _interrupted:
     return  # the first one's KeyboardInterrupt is already on its way
-  _first_interrupt_at = now
+  _interrupted = True
   _raise_outside_tensorflow(frame, KeyboardInterrupt())
 
 

@@ -72,6 +72,28 @@ def test_one_ctrl_c_delivered_twice_is_one_interrupt(tmp_path):
                  " exiting now; resume with: fedsim run --resume runs/x\n")
 
 
+def test_a_copy_handled_late_by_the_main_thread_is_still_the_same_interrupt():
+  """uv's copy arrives milliseconds after the first SIGINT, but Python runs its
+  handler only when the main thread leaves the C call it is in (a Ray study
+  waiting for its cancelled tasks: seconds). Judged by when the handler ran,
+  it was a second Ctrl-C, and a Ray study exited 'interrupted again' (CI)."""
+  script = pathlib.Path(__file__).parent / "scripts" / "late_second_handler.py"
+  proc = subprocess.Popen(
+      [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+      text=True, env=dict(os.environ, PYTHONPATH=str(REPO)),
+      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+  try:
+    assert proc.stdout.readline() == "ready\n"
+    proc.send_signal(signal.SIGINT)
+    assert proc.stdout.readline() == "interrupt\n"
+    assert proc.stdout.readline() == "in C\n"
+    proc.send_signal(signal.SIGINT)  # within SAME_INTERRUPT_S of the first
+    out, err = proc.communicate(timeout=signals.EXIT_DEADLINE_S / 2)
+  finally:
+    proc.kill()
+  assert (proc.returncode, out, err) == (0, "done\n", "")
+
+
 @pytest.mark.slow
 def test_a_blocked_shutdown_ends_at_the_deadline(tmp_path):
   proc = _start(tmp_path)
