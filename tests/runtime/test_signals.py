@@ -20,6 +20,8 @@ from fedsim.runtime import signals
 
 SCRIPT = pathlib.Path(__file__).parent / "scripts" / "stuck_exit.py"
 REPO = pathlib.Path(__file__).parents[2]
+# What the tests that wait for the deadline set it to: the mechanism, not the 8 s.
+SHORT_DEADLINE_S = 2.0
 
 
 def _start(tmp_path, *args: str) -> subprocess.Popen:
@@ -52,23 +54,22 @@ def test_second_ctrl_c_exits_at_once(tmp_path):
   assert (tmp_path / "hook").exists()
 
 
-@pytest.mark.slow
 def test_one_ctrl_c_delivered_twice_is_one_interrupt(tmp_path):
   """`uv run` in a terminal: the terminal signals the group, uv forwards its copy
   milliseconds later. The copy neither exits at once nor raises again: the
   swallowed interrupt runs into the deadline, and the forced exit still says
   how to resume."""
-  proc = _start(tmp_path, "resume with: fedsim run --resume runs/x")
+  proc = _start(tmp_path, "resume with: fedsim run --resume runs/x", str(SHORT_DEADLINE_S))
   try:
     proc.send_signal(signal.SIGINT)
     time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=signals.EXIT_DEADLINE_S + 10)
+    out, err = proc.communicate(timeout=SHORT_DEADLINE_S + 10)
   finally:
     proc.kill()
   assert proc.returncode == 130
   assert out.count("interrupt\n") == 1  # one KeyboardInterrupt
-  assert err == (f"fedsim: still shutting down after {signals.EXIT_DEADLINE_S:.0f} s;"
+  assert err == (f"fedsim: still shutting down after {SHORT_DEADLINE_S:.0f} s;"
                  " exiting now; resume with: fedsim run --resume runs/x\n")
 
 
@@ -94,16 +95,17 @@ def test_a_copy_handled_late_by_the_main_thread_is_still_the_same_interrupt():
   assert (proc.returncode, out, err) == (0, "done\n", "")
 
 
-@pytest.mark.slow
 def test_a_blocked_shutdown_ends_at_the_deadline(tmp_path):
-  proc = _start(tmp_path)
+  proc = _start(tmp_path, "", str(SHORT_DEADLINE_S))
   try:
     _interrupt(proc)
-    out, err = proc.communicate(timeout=signals.EXIT_DEADLINE_S + 10)
+    started = time.monotonic()
+    out, err = proc.communicate(timeout=SHORT_DEADLINE_S + 10)
   finally:
     proc.kill()
+  assert time.monotonic() - started >= SHORT_DEADLINE_S - 0.1  # not earlier
   assert proc.returncode == 130
-  assert err == (f"fedsim: still shutting down after {signals.EXIT_DEADLINE_S:.0f} s;"
+  assert err == (f"fedsim: still shutting down after {SHORT_DEADLINE_S:.0f} s;"
                  " exiting now\n")
   assert (tmp_path / "hook").exists()
 
