@@ -19,8 +19,8 @@ from fedsim.runtime import signals
 
 def main() -> None:
   signals.install_exit_handlers()
-  print("ready", flush=True)
-  try:
+  try:  # Entered before 'ready': a signal right after it is caught too.
+    print("ready", flush=True)
     while True:
       time.sleep(0.001)  # Python between sleeps: the first handler runs at once
   except KeyboardInterrupt:
