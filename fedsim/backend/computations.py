@@ -201,6 +201,18 @@ def eager_tensors(values: Sequence[Any], specs: Sequence[tf.TensorSpec]) -> list
   return out
 
 
+def graph_function(input_signature=None) -> Callable[[Callable], Any]:
+  """`tf.function` without AutoGraph, for the graphs fedsim writes itself.
+
+  They use TensorFlow's control flow (`tf.while_loop`, `tf.cond`) and call
+  code that TFF also traces, which TFF does without AutoGraph, so converting
+  them changes nothing but the build time: AutoGraph parses and rewrites the
+  source of every function such a graph calls, ~45 s of the test suite's
+  tracing.
+  """
+  return tf.function(input_signature=input_signature, autograph=False)
+
+
 def direct_call(function) -> Callable[[Sequence[tf.Tensor]], list[tf.Tensor]]:
   """A traced `tf.function`'s graph as a function of its flat input tensors.
 

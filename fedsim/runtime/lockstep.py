@@ -167,23 +167,23 @@ class LockstepRound(RoundProcess):
     def finish_graph(state, acc):
       return tuple(update(*state, *report(*acc)))
 
-    @tf.function(input_signature=state_specs)
+    @computations.graph_function(state_specs)
     def start(*state):
       with tf.device(self.device):
         return tuple(prepare(*state)), tuple(zero())
 
-    @tf.function(input_signature=(state_specs, input_specs, tuple(acc_specs), data_specs))
+    @computations.graph_function((state_specs, input_specs, tuple(acc_specs), data_specs))
     def clients(state, client_input, acc, data):
       with tf.device(self.device):
         return clients_graph(state, client_input, acc, *data)
 
-    @tf.function(input_signature=(state_specs, tuple(acc_specs)))
+    @computations.graph_function((state_specs, tuple(acc_specs)))
     def finish(state, acc):
       with tf.device(self.device):
         return finish_graph(state, acc)
 
     # A round of one chunk is one graph call.
-    @tf.function(input_signature=(state_specs, data_specs))
+    @computations.graph_function((state_specs, data_specs))
     def whole_round(state, data):
       with tf.device(self.device):
         client_input, acc = tuple(prepare(*state)), tuple(zero())

@@ -100,29 +100,29 @@ def build_round_graphs(form, state_type, data_leaves: Sequence[Any], kept: Seque
   def finish_graph(state, acc):
     return tuple(update(*state, *report(*acc)))
 
-  @tf.function(input_signature=state_specs)
+  @computations.graph_function(state_specs)
   def start(*state):
     with tf.device(device):
       return start_graph(state)
 
-  @tf.function(input_signature=(input_specs, tuple(acc_specs), data_specs, offset_spec))
+  @computations.graph_function((input_specs, tuple(acc_specs), data_specs, offset_spec))
   def clients(client_input, acc, data, offsets):
     with tf.device(device):
       return clients_graph(client_input, acc, data, offsets)  # (acc, new client states)
 
-  @tf.function(input_signature=(tuple(acc_specs), tuple(acc_specs)))
+  @computations.graph_function((tuple(acc_specs), tuple(acc_specs)))
   def merged(first, second):
     with tf.device(device):
       return tuple(merge(*first, *second))
 
-  @tf.function(input_signature=(state_specs, tuple(acc_specs)))
+  @computations.graph_function((state_specs, tuple(acc_specs)))
   def finish(state, acc):
     with tf.device(device):
       return finish_graph(state, acc)
 
   # A round whose clients fit one chunk is one graph call: the phases as
   # separate calls cost ~4 ms a round on small models (W2).
-  @tf.function(input_signature=(state_specs, data_specs, offset_spec))
+  @computations.graph_function((state_specs, data_specs, offset_spec))
   def whole_round(state, data, offsets):
     with tf.device(device):
       client_input, acc = start_graph(state)
