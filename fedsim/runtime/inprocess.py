@@ -82,13 +82,9 @@ class InProcessProcess(RoundProcess, RoundPhases):
     self._client_state_type = carried_states.client_state_type(process)
     self._chunk_bounds = ChunkBounds(chunk_bytes, state_chunk_bytes)
     self._output_type = carried_states.client_output_type(process)
-    if self._client_state_type is not None:
-      # Client states enter with the client data and leave through `work`
-      # (see composer.runtime_view); the round keeps each client's own.
-      from fedsim.learning.composer import runtime_view
-      process = runtime_view(process)
-    elif self._output_type is not None:
-      process = carried_states.outputs_view(process)
+    # Client states enter with the client data and leave through `work`
+    # (see composer.runtime_view); the round keeps each client's own.
+    process = carried_states.compiled_view(process)
     next_type = process.next.type_signature
     params = next_type.parameter
     if len(params) != 2 or not all(isinstance(p, tff.FederatedType) for p in params):

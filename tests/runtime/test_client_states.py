@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-from fedsim.runtime import inprocess
+from fedsim.runtime import carried_states, inprocess
 from tests.learning import builders
 from tests.runtime.test_inprocess import ROUNDS
 
@@ -39,6 +39,7 @@ STATEFUL = {
 POPULATION = 3
 
 
+@functools.cache  # each case built once for the module: no test changes an algorithm
 def _algorithm(case):
   name, params, aggregation, broadcast = STATEFUL[case]
   return builders.algorithm(name, params, builders.task_model(num_classes=2),
@@ -177,3 +178,21 @@ def test_client_states_must_come_exactly_when_the_clients_keep_state():
     process.next(process.initialize(), ROUNDS[0])
   with pytest.raises(ValueError, match="3 clients but 2 client states"):
     process.next(process.initialize(), ROUNDS[0], [alg.initial_client_state] * 2)
+
+
+def test_a_stateful_process_is_viewed_and_compiled_once_for_its_runtimes(monkeypatch):
+  """A stateful process is compiled through a view of it (a new process
+  object); its MapReduceForm, cached by process object, is compiled once for
+  every runtime made for the process, not once per runtime."""
+  alg = _algorithm("fedavg_topk_error_feedback")
+  view = carried_states.compiled_view(alg.process)
+  assert view is not alg.process and carried_states.compiled_view(alg.process) is view
+  inprocess.InProcessProcess(alg.process, "cpu")
+  compiled = []
+  compile_form = tff.backends.mapreduce.get_map_reduce_form_for_computation
+  monkeypatch.setattr(tff.backends.mapreduce, "get_map_reduce_form_for_computation",
+                      lambda *args: compiled.append(1) or compile_form(*args))
+  inprocess.InProcessProcess(alg.process, "cpu", chunk_bytes=1)
+  assert compiled == []
+  stateless = builders.algorithm("fedavg", {}, builders.task_model(num_classes=2)).process
+  assert carried_states.compiled_view(stateless) is stateless
