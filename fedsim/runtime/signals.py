@@ -197,14 +197,14 @@ def _importing(frame) -> bool:
 
   Waiting for the import to return would take longer than the exit deadline
   (20-40 s on a loaded machine), and the import is being abandoned anyway:
-  the interrupt is raised at once. Not inside a garbage-collector callback,
-  where Python would drop it (see `_guarded_caller`).
+  the interrupt is raised at once. Not inside a garbage-collector callback or
+  a finalizer, where Python would drop it (see `_guarded_caller`).
   """
   callbacks = {getattr(cb, "__code__", None) for cb in gc.callbacks} - {None}
   loading = False
   while frame is not None:
     code = frame.f_code
-    if code in callbacks:
+    if code in callbacks or code.co_name == "__del__":
       return False
     if code.co_name == "<module>" and any(f"{os.sep}{package}{os.sep}" in code.co_filename
                                           for package in _STARTUP_PACKAGES):
@@ -215,11 +215,13 @@ def _importing(frame) -> bool:
 
 def _guarded_caller(frame):
   """The frame that called the outermost guarded frame of `frame`'s stack (None
-  if none is on it). Guarded: TensorFlow's own frames, and a garbage
-  collector callback's (e.g. JAX's `_xla_gc_callback`): Python reports an
-  exception raised in a gc callback as 'Exception ignored in ...' and goes on,
-  so a Ctrl-C handled there was lost (1 of 20 trials under load), and the run
-  only ended at the shutdown deadline."""
+  if none is on it). Guarded: TensorFlow's own frames, a garbage collector
+  callback's (e.g. JAX's `_xla_gc_callback`) and a finalizer's (`__del__`,
+  e.g. asyncio's event loop's as TFF drops its loops): Python reports an
+  exception raised in either as 'Exception ignored in ...' and goes on, so a
+  Ctrl-C handled there was lost (in a gc callback 1 of 20 trials under load;
+  in a finalizer once in a full test run, where a study then ran to its end
+  and exited 0)."""
   tf = sys.modules.get("tensorflow")
   root = os.path.dirname(getattr(tf, "__file__", None) or "")
   prefix = root + os.sep if root else None
@@ -227,7 +229,7 @@ def _guarded_caller(frame):
   caller, inside = None, False
   while frame is not None:
     if ((prefix is not None and frame.f_code.co_filename.startswith(prefix))
-        or frame.f_code in callbacks):
+        or frame.f_code in callbacks or frame.f_code.co_name == "__del__"):
       inside, caller = True, None
     elif inside and caller is None:
       caller = frame

@@ -1,0 +1,40 @@
+"""A Ctrl-C that arrives while an object's `__del__` runs (asyncio's event
+loops have one; a run drops TFF's loops while it trains).
+
+Under fedsim's exit handlers, a `__del__` raises SIGINT once, so Python runs
+fedsim's handler inside it; Python reports an exception raised in `__del__`
+as 'Exception ignored in ...' and goes on. Prints what reached the script:
+"KeyboardInterrupt" when the interrupt is raised in the frame that dropped the
+object, "nothing raised" when it was lost. Leaves with os._exit, before the
+shutdown deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from fedsim.runtime import signals
+
+
+class Finalized:
+
+  def __del__(self):
+    signal.raise_signal(signal.SIGINT)  # Python runs the handler in this frame.
+
+
+def main() -> None:
+  signals.install_exit_handlers()
+  try:
+    dropped = Finalized()
+    del dropped  # `__del__` runs here, called by the interpreter
+    for _ in range(1000):  # the dropping frame's next events
+      pass
+    print("nothing raised", flush=True)
+  except KeyboardInterrupt:
+    print("KeyboardInterrupt", flush=True)
+  os._exit(0)  # pylint: disable=protected-access
+
+
+if __name__ == "__main__":
+  main()
