@@ -40,6 +40,7 @@ import signal
 import sys
 import threading
 import time
+import weakref
 from typing import Callable, Iterator
 
 EXIT_DEADLINE_S = 8.0
@@ -50,6 +51,7 @@ SAME_INTERRUPT_S = 1.0
 # What `fedsim run` imports at start-up, for seconds (see `_importing`).
 _STARTUP_PACKAGES = ("tensorflow", "tensorflow_federated", "jax", "keras")
 _HOOK_TIMEOUT_S = 1.0
+_FINALIZE_CALL = weakref.finalize.__call__.__code__
 
 _lock = threading.RLock()  # A signal handler may run while the main thread holds it.
 _installed = False
@@ -204,7 +206,7 @@ def _importing(frame) -> bool:
   loading = False
   while frame is not None:
     code = frame.f_code
-    if code in callbacks or code.co_name == "__del__":
+    if code in callbacks or _finalizing(code):
       return False
     if code.co_name == "<module>" and any(f"{os.sep}{package}{os.sep}" in code.co_filename
                                           for package in _STARTUP_PACKAGES):
@@ -213,11 +215,17 @@ def _importing(frame) -> bool:
   return loading
 
 
+def _finalizing(code) -> bool:
+  """Whether `code` is a finalizer's: an object's `__del__` or `weakref.finalize`'s call."""
+  return code.co_name == "__del__" or code is _FINALIZE_CALL
+
+
 def _guarded_caller(frame):
   """The frame that called the outermost guarded frame of `frame`'s stack (None
   if none is on it). Guarded: TensorFlow's own frames, a garbage collector
   callback's (e.g. JAX's `_xla_gc_callback`) and a finalizer's (`__del__`,
-  e.g. asyncio's event loop's as TFF drops its loops): Python reports an
+  e.g. asyncio's event loop's as TFF drops its loops, or a `weakref.finalize`
+  callback, as TFF's remote values dispose of themselves): Python reports an
   exception raised in either as 'Exception ignored in ...' and goes on, so a
   Ctrl-C handled there was lost (in a gc callback 1 of 20 trials under load;
   in a finalizer once in a full test run, where a study then ran to its end
@@ -229,7 +237,7 @@ def _guarded_caller(frame):
   caller, inside = None, False
   while frame is not None:
     if ((prefix is not None and frame.f_code.co_filename.startswith(prefix))
-        or frame.f_code in callbacks or frame.f_code.co_name == "__del__"):
+        or frame.f_code in callbacks or _finalizing(frame.f_code)):
       inside, caller = True, None
     elif inside and caller is None:
       caller = frame

@@ -149,13 +149,14 @@ def test_a_signal_inside_a_gc_callback_still_interrupts():
   assert "Exception ignored" not in done.stderr
 
 
-def test_a_signal_inside_a_finalizer_still_interrupts():
+@pytest.mark.parametrize("kind", ["del", "finalize"])
+def test_a_signal_inside_a_finalizer_still_interrupts(kind):
   """A Ctrl-C handled inside an object's `__del__` (asyncio's event loop's, as
   TFF drops its loops) was reported as 'Exception ignored in ...' and lost: a
   study interrupted mid-run went on and exited 0. It is now raised in the
-  frame that dropped the object."""
+  frame that dropped the object, as one in a `weakref.finalize` callback is."""
   script = pathlib.Path(__file__).parent / "scripts" / "signal_in_finalizer.py"
-  done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+  done = subprocess.run([sys.executable, str(script), kind], capture_output=True, text=True,
                         timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)),
                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
   assert done.returncode == 0, done.stderr

@@ -1,18 +1,21 @@
-"""A Ctrl-C that arrives while an object's `__del__` runs (asyncio's event
-loops have one; a run drops TFF's loops while it trains).
+"""A Ctrl-C that arrives while a finalizer runs: an object's `__del__`
+(asyncio's event loops have one; a run drops TFF's loops while it trains) or
+a `weakref.finalize` callback (TFF's remote values dispose of themselves so).
 
-Under fedsim's exit handlers, a `__del__` raises SIGINT once, so Python runs
-fedsim's handler inside it; Python reports an exception raised in `__del__`
-as 'Exception ignored in ...' and goes on. Prints what reached the script:
-"KeyboardInterrupt" when the interrupt is raised in the frame that dropped the
-object, "nothing raised" when it was lost. Leaves with os._exit, before the
-shutdown deadline.
+Usage: signal_in_finalizer.py del|finalize. Under fedsim's exit handlers, the
+finalizer raises SIGINT once, so Python runs fedsim's handler inside it;
+Python reports an exception raised in a finalizer as 'Exception ignored in
+...' and goes on. Prints what reached the script: "KeyboardInterrupt" when
+the interrupt is raised in the frame that dropped the object, "nothing
+raised" when it was lost. Leaves with os._exit, before the shutdown deadline.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
+import weakref
 
 from fedsim.runtime import signals
 
@@ -23,11 +26,19 @@ class Finalized:
     signal.raise_signal(signal.SIGINT)  # Python runs the handler in this frame.
 
 
-def main() -> None:
+class Plain:
+  pass
+
+
+def main(kind: str) -> None:
   signals.install_exit_handlers()
   try:
-    dropped = Finalized()
-    del dropped  # `__del__` runs here, called by the interpreter
+    if kind == "del":
+      dropped = Finalized()
+    else:
+      dropped = Plain()
+      weakref.finalize(dropped, signal.raise_signal, signal.SIGINT)
+    del dropped  # the finalizer runs here, called by the interpreter
     for _ in range(1000):  # the dropping frame's next events
       pass
     print("nothing raised", flush=True)
@@ -37,4 +48,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-  main()
+  main(sys.argv[1])
