@@ -43,7 +43,8 @@ def packing_layout(encoder: Encoder, spec: tf.TensorSpec) -> list[tuple[str, int
     encoded, _, _ = unpacked.encode(x, encode_params)
     return {path: _find(encoded, path) for path in bits}
 
-  # Without AutoGraph, as TFF traces encoders (its source rewriting is most of this trace).
+  # Without AutoGraph, as TFF traces encoders (its source rewriting was ~40% of
+  # this trace's time in a profile of the test suite).
   shapes = tf.function(encode, autograph=False).get_concrete_function(
       tf.TensorSpec(spec.shape, spec.dtype)).structured_outputs
   return [(path, b, shapes[path].shape.num_elements()) for path, b in bits.items()]

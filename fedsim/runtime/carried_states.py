@@ -48,8 +48,9 @@ def client_output_type(process) -> tff.Type | None:
 # that process, so its id is not reused while the entry lives). A view is a new
 # process object, and MapReduceForms are cached by process object
 # (fedsim.backend.mapreduce): without this, every compiled runtime made for one
-# stateful process (a run and its resume, a study's runs of one build, the
-# chunk sizes a test compares) compiled the view's MapReduceForm again, ~0.5 s.
+# stateful process (a run and its resume in one process, which share the built
+# algorithm; the chunk sizes a test compares) compiled the view's
+# MapReduceForm again, ~0.5 s on a small model.
 _VIEWS: collections.OrderedDict = collections.OrderedDict()
 _VIEWS_KEEP = 8
 _views_lock = threading.Lock()
