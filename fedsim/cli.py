@@ -11,7 +11,7 @@ import argparse
 import os
 import pathlib
 import sys
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from fedsim import host_limits
 from fedsim.errors import HostError, RunFailed, UserError, host_error, one_line
@@ -489,7 +489,24 @@ def _play_runs(plugin_args: Sequence[str]) -> None:
                                      *plugin_args]))
 
 
-if __name__ == "__main__":
+def program() -> NoReturn:
+  """`fedsim` as a program (the console script, `python -m fedsim.cli`): exits
+  with `main()`'s code. A Ctrl-C that arrives once `main()` has returned finds
+  the work done and reported: it ends nothing, so the exit goes on without a
+  traceback and with `main()`'s code (`fedsim.runtime.signals.work_done`)."""
   if sys.argv[1:2] == ["--play-runs"]:
     _play_runs(sys.argv[2:])
-  sys.exit(main())
+  from fedsim.runtime import signals  # pylint: disable=g-import-not-at-top
+  code = 130
+  try:
+    try:
+      code = main()
+    finally:
+      signals.work_done(code)
+  except KeyboardInterrupt:  # raised once main() ended, before work_done() took effect
+    pass
+  sys.exit(code)
+
+
+if __name__ == "__main__":
+  program()

@@ -16,6 +16,14 @@
 * The forced exit says how to continue (`set_resume_hint`), as the clean one does.
 * Once fedsim's own cleanup is done, the CLI leaves a signalled process with
   `exit_now_if_signalled`, skipping Python's teardown.
+* Once the program's work is done and reported (`work_done`), a signal no
+  longer raises: the exit is under way, and an exception raised then (at the
+  top level, in an atexit callback) would only print a traceback. The process
+  ends with the work's exit code after the atexit callbacks, skipping Python's
+  teardown: that teardown restores the default handlers first (a Ctrl-C then
+  killed the process, exit -2) and runs TensorFlow's destructors, where a
+  KeyboardInterrupt aborted it. The deadline and a second Ctrl-C still end
+  an exit that hangs.
 * At exit, TFF's own default context is dropped while Python's modules are
   still intact (see `fedsim.backend.contexts.drop_default`).
 * Once a signal started the exit, what TFF raises in finalizers and other
@@ -59,6 +67,8 @@ _interrupted = False      # the Python SIGINT handler has raised its KeyboardInt
 _resume_hint = ""
 _stderr_fd: int | None = None  # fd 2 as it was when the handlers were installed
 _signalled = False        # a SIGINT or SIGTERM has started this exit
+_work_done = False        # `work_done`: signals from here on are not raised
+_exit_code = 0            # the code `work_done` was given
 _deadline: threading.Timer | None = None
 _exiting = threading.Lock()
 _hooks: list[Callable[[], None]] = []
@@ -89,6 +99,7 @@ def install_exit_handlers() -> None:
     sys.unraisablehook = _quiet_tff_teardown(sys.unraisablehook)
     threading.Thread(target=_watch, args=(read_fd,), name="fedsim-signals",
                      daemon=True).start()
+    atexit.register(_leave_after_exit_callbacks)  # first registered: runs last
     atexit.register(_drop_tff_default)
     _installed = True
 
@@ -131,6 +142,29 @@ def exit_now_if_signalled(code: int) -> None:
   os._exit(code)  # pylint: disable=protected-access
 
 
+def work_done(code: int) -> None:
+  """The program's work is done and reported, and it exits with `code`: from
+  here on SIGINT and SIGTERM do not raise, and the process ends with `code`
+  once the atexit callbacks ran (see the module docstring). Does nothing to
+  a process without the handlers."""
+  global _work_done, _exit_code
+  _exit_code = code
+  _work_done = True
+
+
+def _leave_after_exit_callbacks() -> None:
+  """The last atexit callback (registered first): ends a process whose work is
+  done without Python's teardown."""
+  if not _work_done:
+    return
+  for stream in (sys.stdout, sys.stderr):
+    try:
+      stream.flush()
+    except (OSError, ValueError, AttributeError):
+      pass
+  os._exit(_exit_code)  # pylint: disable=protected-access
+
+
 def set_resume_hint(hint: str) -> None:
   """What a forced exit adds to its line, e.g. 'resume with: fedsim run --resume DIR'."""
   global _resume_hint
@@ -149,8 +183,8 @@ def _on_sigint(signum, frame) -> None:
   del signum
   global _interrupted, _signalled
   _signalled = True
-  if _interrupted:
-    return  # the first one's KeyboardInterrupt is already on its way
+  if _interrupted or _work_done:
+    return  # the first one's KeyboardInterrupt is on its way, or nothing is left to stop
   _interrupted = True
   _raise_outside_tensorflow(frame, KeyboardInterrupt())
 
@@ -158,6 +192,8 @@ def _on_sigint(signum, frame) -> None:
 def _on_sigterm(signum, frame) -> None:
   global _signalled
   _signalled = True
+  if _work_done:
+    return
   _raise_outside_tensorflow(frame, SystemExit(128 + signum))
 
 

@@ -196,3 +196,17 @@ def test_after_a_signal_tff_finalizers_failing_on_the_killed_worker_are_quiet(tm
   assert done.stdout == "done\n", done.stderr
   assert "ValueError: not TFF" in done.stderr
   assert "Connection reset" not in done.stderr and done.stderr.count("Exception ignored") == 1
+
+
+@pytest.mark.parametrize("when, code", [("return", 130), ("atexit", 0)])
+def test_a_ctrl_c_once_the_work_is_done_ends_quietly(when, code):
+  """A study interrupted as it finished: the Ctrl-C handled after `main()`
+  returned escaped as a KeyboardInterrupt traceback (exit -2), and one handled
+  during the exit aborted the process ('Fatal Python error', exit -6) once in a
+  full test run. Raised as main() returns, it is the interrupt (130); during
+  the exit, nothing is left to stop and the exit code stays the work's."""
+  done = subprocess.run([sys.executable, str(SCRIPT.parent / "late_interrupt.py"), when],
+                        capture_output=True, text=True, timeout=60,
+                        env=dict(os.environ, PYTHONPATH=str(REPO)),
+                        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+  assert (done.returncode, done.stdout, done.stderr) == (code, "", "")
