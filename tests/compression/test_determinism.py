@@ -42,8 +42,10 @@ def uncompressed(tff_runtime):
   return _two_rounds(None)
 
 
+# Hadamard rounds stochastically after a seeded rotation, so it repeats both
+# draws; `-m long` repeats uniform's stochastic rounding alone too.
 @pytest.mark.slow
-@pytest.mark.parametrize("encoder", ["uniform", "hadamard"])
+@pytest.mark.parametrize("encoder", [pytest.param("uniform", marks=pytest.mark.long), "hadamard"])
 def test_stochastic_compression_repeats_bit_for_bit(tff_runtime, uncompressed, encoder):
   first, second = _two_rounds(encoder), _two_rounds(encoder)
   for a, b in zip(first[0] + first[1], second[0] + second[1]):

@@ -99,7 +99,8 @@ def test_eden_is_unbiased_under_uniform_random_rotations(bits):
   assert nmse == pytest.approx(distortion / (1 - distortion), rel=0.15)
 
 
-@pytest.mark.parametrize("bits", [1, 2])
+# The formula is the same at every width; `-m long` sizes 2 bits too.
+@pytest.mark.parametrize("bits", [1, pytest.param(2, marks=pytest.mark.long)])
 def test_fedavg_sizes_eden_to_its_packed_indices_scale_and_seed(bits):
   from fedsim.sizing.mapreduce_form import client_wire_bits
   from tests.learning import builders
