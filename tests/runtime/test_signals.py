@@ -210,3 +210,24 @@ def test_a_ctrl_c_once_the_work_is_done_ends_quietly(when, code):
                         env=dict(os.environ, PYTHONPATH=str(REPO)),
                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
   assert (done.returncode, done.stdout, done.stderr) == (code, "", "")
+
+
+def test_the_program_marks_its_work_done_with_mains_code_and_the_exit_keeps_it(monkeypatch):
+  """In this process (the test above runs it as a program): `program()` hands
+  main()'s code to `work_done`, and the last atexit callback leaves with it."""
+  from fedsim import cli
+  monkeypatch.setattr(signals, "_work_done", False)
+  monkeypatch.setattr(signals, "_exit_code", 0)
+  monkeypatch.setattr(cli, "main", lambda: 2)
+  monkeypatch.setattr(sys, "argv", ["fedsim", "validate", "c.yaml"])
+  with pytest.raises(SystemExit) as raised:
+    cli.program()
+  assert raised.value.code == 2 and signals._work_done
+
+  left = []
+  monkeypatch.setattr(os, "_exit", left.append)
+  signals._leave_after_exit_callbacks()
+  assert left == [2]
+  monkeypatch.setattr(signals, "_work_done", False)  # a process whose work was not done:
+  signals._leave_after_exit_callbacks()              # Python's own exit goes on
+  assert left == [2]
