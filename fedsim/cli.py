@@ -497,14 +497,18 @@ def program() -> NoReturn:
   if sys.argv[1:2] == ["--play-runs"]:
     _play_runs(sys.argv[2:])
   from fedsim.runtime import signals  # pylint: disable=g-import-not-at-top
-  code = 130
+  code = None
   try:
     try:
       code = main()
+    except KeyboardInterrupt:  # a Ctrl-C handled as main() returned
+      code = 130
     finally:
+      if code is not None:  # else a SystemExit main() let through: Python's own exit
+        signals.work_done(code)
+  except KeyboardInterrupt:  # handled before work_done() took effect; it raises only once
+    if code is not None:
       signals.work_done(code)
-  except KeyboardInterrupt:  # raised once main() ended, before work_done() took effect
-    pass
   sys.exit(code)
 
 

@@ -20,10 +20,10 @@
   longer raises: the exit is under way, and an exception raised then (at the
   top level, in an atexit callback) would only print a traceback. The process
   ends with the work's exit code after the atexit callbacks, skipping Python's
-  teardown: that teardown restores the default handlers first (a Ctrl-C then
-  killed the process, exit -2) and runs TensorFlow's destructors, where a
-  KeyboardInterrupt aborted it. The deadline and a second Ctrl-C still end
-  an exit that hangs.
+  teardown: there TensorFlow's destructors run (a KeyboardInterrupt raised
+  then aborted the process once) and the default signal handlers come back (a
+  Ctrl-C after that killed it: exit -2). The deadline and a second Ctrl-C
+  still end an exit that hangs.
 * At exit, TFF's own default context is dropped while Python's modules are
   still intact (see `fedsim.backend.contexts.drop_default`).
 * Once a signal started the exit, what TFF raises in finalizers and other
@@ -134,12 +134,7 @@ def exit_now_if_signalled(code: int) -> None:
   worker = sys.modules.get("fedsim.runtime.worker_binary")
   if worker is not None:
     worker.shutdown()  # Bounded; normally nothing is left by now.
-  for stream in (sys.stdout, sys.stderr):
-    try:
-      stream.flush()
-    except (OSError, ValueError):
-      pass
-  os._exit(code)  # pylint: disable=protected-access
+  _flush_and_exit(code)
 
 
 def work_done(code: int) -> None:
@@ -155,14 +150,18 @@ def work_done(code: int) -> None:
 def _leave_after_exit_callbacks() -> None:
   """The last atexit callback (registered first): ends a process whose work is
   done without Python's teardown."""
-  if not _work_done:
-    return
+  if _work_done:
+    _flush_and_exit(_exit_code)
+
+
+def _flush_and_exit(code: int) -> None:
+  """Flushes Python's stdout and stderr, then `os._exit(code)`: no teardown."""
   for stream in (sys.stdout, sys.stderr):
     try:
       stream.flush()
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError):  # closed, or replaced by None
       pass
-  os._exit(_exit_code)  # pylint: disable=protected-access
+  os._exit(code)  # pylint: disable=protected-access
 
 
 def set_resume_hint(hint: str) -> None:

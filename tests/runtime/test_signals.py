@@ -231,3 +231,10 @@ def test_the_program_marks_its_work_done_with_mains_code_and_the_exit_keeps_it(m
   monkeypatch.setattr(signals, "_work_done", False)  # a process whose work was not done:
   signals._leave_after_exit_callbacks()              # Python's own exit goes on
   assert left == [2]
+
+  def exits(argv=None):  # e.g. a plugin's sys.exit(3): its code, as Python exits
+    raise SystemExit(3)
+  monkeypatch.setattr(cli, "main", exits)
+  with pytest.raises(SystemExit) as raised:
+    cli.program()
+  assert raised.value.code == 3 and not signals._work_done
