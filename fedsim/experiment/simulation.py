@@ -191,10 +191,27 @@ def cluster_worker(plain_config: dict[str, Any], device: str, fixed: float | Non
           lambda round_num, ids: RoundClients(pieces, round_num, ids))
 
 
+# Uncompressed reference sizes by what they depend on: the types a build
+# makes, not the run's seed or its initial weights' values (`_build_key`
+# without them), so the seeds of an encoder sweep's variants share one.
+_UNCOMPRESSED: collections.OrderedDict = collections.OrderedDict()
+
+
 def _uncompressed_wire_bits(config, model, num_clients: int) -> ClientWireBits:
-  """`_wire_bits` of the algorithm without its encoders (built once per process
-  for the variants of an encoder sweep: see `_build_algorithm`)."""
-  return _wire_bits(_build_algorithm(config, model, compressed=False, num_clients=num_clients))
+  """`_wire_bits` of the algorithm without its encoders: sized once per process
+  for every variant and seed that differ only in their encoders, seed and
+  initial weights' values (the algorithm is built for the first of them)."""
+  task = _task(config, model, compressed=False, num_clients=num_clients)
+  entry = ALGORITHMS.get(config.algorithm.name)
+  key = _build_key(config, model, dataclasses.replace(task, seed=0), entry, values=False)
+  if key in _UNCOMPRESSED:
+    _UNCOMPRESSED.move_to_end(key)
+    return _UNCOMPRESSED[key][1]
+  bits = _wire_bits(_build_algorithm(config, model, compressed=False, num_clients=num_clients))
+  _UNCOMPRESSED[key] = (entry, bits)  # the entry kept alive: its id in the key stays its own
+  while len(_UNCOMPRESSED) > _BUILT_KEEP:
+    _UNCOMPRESSED.popitem(last=False)
+  return bits
 
 
 def _wire_bits(algorithm: FederatedAlgorithm, measured: bool = False) -> ClientWireBits:
@@ -251,17 +268,18 @@ def _build_algorithm(config, model, compressed: bool = True, num_clients: int = 
   return built
 
 
-def _build_key(config, model: TaskModel, task: Task, entry) -> tuple:
+def _build_key(config, model: TaskModel, task: Task, entry, values: bool = True) -> tuple:
   """What an algorithm's build reads: its registry entry and parameters, and the
   task (every field but the model, and of the model what its functions are made
-  of: the model's config and builder, its precision, its types and its initial
-  weights' values)."""
+  of: the model's config and builder, its precision, its types and, with
+  `values`, its initial weights' values)."""
   builder = getattr(config.model.params, "builder", None)
   # The function itself (hashed by identity), so the key keeps it alive: a
   # reloaded module's new function can never take a collected one's id.
   code = resolve(builder, key="model") if isinstance(builder, str) and builder else None
   digest = hashlib.sha256()
-  for array in (*model.initial_weights.trainable, *model.initial_weights.non_trainable):
+  weights = (*model.initial_weights.trainable, *model.initial_weights.non_trainable)
+  for array in weights if values else ():
     array = np.ascontiguousarray(array)
     digest.update(f"{array.dtype}{array.shape}".encode())
     digest.update(array.data)

@@ -1,6 +1,6 @@
 """A configuration's algorithm is built once per process: the runs of one config
 share it, and the uncompressed reference size is compiled once for all encoders
-of a sweep."""
+and seeds of a sweep."""
 
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ def test_encoders_share_one_uncompressed_size_and_other_models_do_not(monkeypatc
 
   monkeypatch.setattr(simulation, "_wire_bits", counting)
   monkeypatch.setattr(simulation, "_BUILT", collections.OrderedDict())
+  monkeypatch.setattr(simulation, "_UNCOMPRESSED", collections.OrderedDict())
   sims = [simulation.build_simulation(_config(
       compression={"aggregation": {"encoder": "uniform", "bits": bits, "min_elements": 1}}))
           for bits in (8, 4)]
@@ -45,10 +46,18 @@ def test_encoders_share_one_uncompressed_size_and_other_models_do_not(monkeypatc
   assert sims[0].uncompressed_wire == sims[1].uncompressed_wire
   assert sims[0].uncompressed_wire.aggregate_model == MODEL_BITS
   assert sims[0].wire.aggregate_model < MODEL_BITS
+  # Another seed: other initial weights and draws, the same types: only its
+  # compressed process is built and sized.
+  reseeded = simulation.build_simulation(_config(
+      seed=1, compression={"aggregation": {"encoder": "uniform", "bits": 8, "min_elements": 1}}))
+  assert reseeded.algorithm is not sims[0].algorithm
+  assert _distinct(compiled) == 4
+  assert reseeded.uncompressed_wire == sims[0].uncompressed_wire
+  assert reseeded.uncompressed_wire.aggregate_model == MODEL_BITS
   wider = simulation.build_simulation(_config(
       model={"name": "mlp", "hidden": [8]},
       compression={"aggregation": {"encoder": "uniform", "bits": 8, "min_elements": 1}}))
-  assert _distinct(compiled) == 5
+  assert _distinct(compiled) == 6
   assert wider.uncompressed_wire.aggregate_model == (64 * 8 + 8 + 8 * 10 + 10) * 32
 
 
@@ -59,6 +68,7 @@ def _distinct(objects) -> int:
 @pytest.mark.slow
 def test_a_config_built_again_reuses_its_algorithm_and_only_its_own(monkeypatch, tmp_path):
   monkeypatch.setattr(simulation, "_BUILT", collections.OrderedDict())
+  monkeypatch.setattr(simulation, "_UNCOMPRESSED", collections.OrderedDict())
   first = simulation.build_simulation(_config())
   again = simulation.build_simulation(_config(rounds=5, name="other"))
   assert again.algorithm is first.algorithm and again.round_process is first.round_process
