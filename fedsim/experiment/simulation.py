@@ -7,7 +7,7 @@ import dataclasses
 import functools
 import hashlib
 import types
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -204,14 +204,8 @@ def _uncompressed_wire_bits(config, model, num_clients: int) -> ClientWireBits:
   task = _task(config, model, compressed=False, num_clients=num_clients)
   entry = ALGORITHMS.get(config.algorithm.name)
   key = _build_key(config, model, dataclasses.replace(task, seed=0), entry, values=False)
-  if key in _UNCOMPRESSED:
-    _UNCOMPRESSED.move_to_end(key)
-    return _UNCOMPRESSED[key][1]
-  bits = _wire_bits(_build_algorithm(config, model, compressed=False, num_clients=num_clients))
-  _UNCOMPRESSED[key] = (entry, bits)  # the entry kept alive: its id in the key stays its own
-  while len(_UNCOMPRESSED) > _BUILT_KEEP:
-    _UNCOMPRESSED.popitem(last=False)
-  return bits
+  return _kept(_UNCOMPRESSED, key, entry, lambda: _wire_bits(
+      _build_algorithm(config, model, compressed=False, num_clients=num_clients)))
 
 
 def _wire_bits(algorithm: FederatedAlgorithm, measured: bool = False) -> ClientWireBits:
@@ -258,14 +252,21 @@ def _build_algorithm(config, model, compressed: bool = True, num_clients: int = 
   task = _task(config, model, compressed, num_clients, fixed)
   entry = ALGORITHMS.get(config.algorithm.name)
   key = _build_key(config, model, task, entry)
-  if key in _BUILT:
-    _BUILT.move_to_end(key)
-    return _BUILT[key][1]
-  built = entry.build(config.algorithm.params, task)
-  _BUILT[key] = (entry, built)  # the entry kept alive: its id in the key stays its own
-  while len(_BUILT) > _BUILT_KEEP:
-    _BUILT.popitem(last=False)
-  return built
+  return _kept(_BUILT, key, entry, lambda: entry.build(config.algorithm.params, task))
+
+
+def _kept(cache: collections.OrderedDict, key: tuple, entry, make: Callable[[], Any]) -> Any:
+  """`cache`'s value for `key` (a `_build_key`), made by `make()` if it has none;
+  the newest `_BUILT_KEEP` are kept, each with its registry `entry`, so that the
+  entry's id in the key stays its own."""
+  if key in cache:
+    cache.move_to_end(key)
+    return cache[key][1]
+  value = make()
+  cache[key] = (entry, value)
+  while len(cache) > _BUILT_KEEP:
+    cache.popitem(last=False)
+  return value
 
 
 def _build_key(config, model: TaskModel, task: Task, entry, values: bool = True) -> tuple:
