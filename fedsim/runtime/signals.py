@@ -4,7 +4,10 @@
   in the main thread, so the run writes `status: interrupted`, its session
   kills the worker and the CLI exits 130 / 143, as on any other exit. If the
   main thread is inside TensorFlow, the exception waits until TensorFlow
-  returns to its caller (TensorFlow's C code would turn it into a TypeError).
+  returns to its caller (TensorFlow's C code would turn it into a TypeError);
+  inside an import, until the import is done (one cut short in a C
+  extension's initialization fails as an ImportError and may leave the
+  interpreter unable to shut down).
 * Either signal also arms a deadline: a process still alive
   `EXIT_DEADLINE_S` later (a call on the way out blocked, or the main thread
   sits in a C call that never returns to Python) runs the forced-exit hooks,
@@ -60,6 +63,8 @@ SAME_INTERRUPT_S = 1.0
 _STARTUP_PACKAGES = ("tensorflow", "tensorflow_federated", "jax", "keras")
 _HOOK_TIMEOUT_S = 1.0
 _FINALIZE_CALL = weakref.finalize.__call__.__code__
+# The file names of the frames of Python's import system (its frozen bootstrap).
+_IMPORT_MACHINERY = "<frozen importlib._bootstrap"
 
 _lock = threading.RLock()  # A signal handler may run while the main thread holds it.
 _installed = False
@@ -197,8 +202,9 @@ def _on_sigterm(signum, frame) -> None:
 
 
 def _raise_outside_tensorflow(frame, error: BaseException) -> None:
-  """Raises `error` now, or, if the main thread is inside TensorFlow, in the
-  frame that called TensorFlow as soon as TensorFlow returns to it.
+  """Raises `error` now, or, if the main thread is inside TensorFlow (or
+  another place `_guarded_caller` names, such as an import), in the frame
+  that called it as soon as that call returns to it.
 
   TensorFlow's C code calls back into Python (it reads the eager context's
   `_handle` property for each tensor it makes) and replaces an exception
@@ -264,7 +270,11 @@ def _guarded_caller(frame):
   exception raised in either as 'Exception ignored in ...' and goes on, so a
   Ctrl-C handled there was lost (in a gc callback 1 of 20 trials under load;
   in a finalizer once in a full test run, where a study then ran to its end
-  and exited 0)."""
+  and exited 0). And the import machinery's frames: a module is imported
+  whole. A Ctrl-C handled while matplotlib's `ft2font` extension initialized
+  (pybind11 calls Python's `enum` from C) became 'ImportError: initialization
+  failed', so a run interrupted as it drew its board failed with a traceback,
+  and the interpreter aborted in its teardown (CI, once)."""
   tf = sys.modules.get("tensorflow")
   root = os.path.dirname(getattr(tf, "__file__", None) or "")
   prefix = root + os.sep if root else None
@@ -272,6 +282,7 @@ def _guarded_caller(frame):
   caller, inside = None, False
   while frame is not None:
     if ((prefix is not None and frame.f_code.co_filename.startswith(prefix))
+        or frame.f_code.co_filename.startswith(_IMPORT_MACHINERY)
         or frame.f_code in callbacks or _finalizing(frame.f_code)):
       inside, caller = True, None
     elif inside and caller is None:

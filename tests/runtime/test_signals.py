@@ -153,6 +153,20 @@ def test_a_signal_inside_an_ignoring_callback_still_interrupts(kind):
   assert "Exception ignored" not in done.stderr
 
 
+def test_a_signal_during_an_import_waits_for_the_module_to_be_whole(tmp_path):
+  """A Ctrl-C handled while matplotlib's `ft2font` extension initialized (a
+  run drawing its board as a study was interrupted) cut the import short:
+  'ImportError: initialization failed', a traceback, and an interpreter that
+  aborted as it shut down (CI, once). The interrupt is now raised in the frame
+  that made the import, after the module is imported whole."""
+  script = pathlib.Path(__file__).parent / "scripts" / "signal_in_import.py"
+  done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True,
+                        text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+  assert done.returncode == 0, done.stderr
+  assert done.stdout == "KeyboardInterrupt whole\n", done.stderr
+
+
 def test_fedsim_run_installs_its_handlers_before_anything_slow():
   """`python -m fedsim.cli` imports the `fedsim` package before `main` can
   install the handlers: a Ctrl-C in the ~0.5-2 s it took to import the API
