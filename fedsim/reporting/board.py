@@ -154,7 +154,7 @@ def refresh(experiment_dir: str | pathlib.Path,
     return None
   tf = load_tensorflow()
   write_config = hparams.write_sessions(completed, target)
-  image = _figure_pixels(experiment_dir)
+  image = _figure_pixels(experiment_dir, runs)
   layout = cs_summary.pb(layout_proto(any(models_clock(run.config) for run in completed))
                         ).SerializeToString()
   board.mkdir(exist_ok=True)
@@ -172,7 +172,8 @@ def refresh(experiment_dir: str | pathlib.Path,
   return board
 
 
-def _figure_pixels(experiment_dir: pathlib.Path) -> np.ndarray:
-  """The accuracy-versus-bits figure as an (height, width, 3) uint8 array."""
-  figure = draw_accuracy(experiment_dir, "bits")
+def _figure_pixels(experiment_dir: pathlib.Path, runs: list) -> np.ndarray:
+  """The accuracy-versus-bits figure of `runs` (the experiment's, every
+  status) as an (height, width, 3) uint8 array."""
+  figure = draw_accuracy(experiment_dir, "bits", runs)
   return np.asarray(figure.canvas.buffer_rgba())[:, :, :3].copy()

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 import pathlib
-from typing import Any
+from typing import Any, Sequence
 
 from fedsim.errors import UserError
 from fedsim.reporting import seed_groups
-from fedsim.reporting.run_records import ACCURACY, load_runs
+from fedsim.reporting.run_records import ACCURACY, Run, load_runs
 from fedsim.reporting.units import format_bits, format_bits_ticks
 
 PLOT_NAME = "accuracy_vs_bits.png"
@@ -66,9 +66,11 @@ def _plot(experiment_dir, output, x: str) -> pathlib.Path:
   return pathlib.Path(output)
 
 
-def draw_accuracy(experiment_dir: str | os.PathLike, x: str = "bits") -> Any:
+def draw_accuracy(experiment_dir: str | os.PathLike, x: str = "bits",
+                  runs: Sequence[Run] | None = None) -> Any:
   """The matplotlib Figure of eval accuracy against `x` ('bits' or 'rounds'),
   drawn (tick labels final) but not saved; see `plot_accuracy_vs_bits`.
+  `runs`: the experiment's runs if the caller has read them (`load_runs`).
 
   Raises:
     UserError: as `load_runs`.
@@ -77,7 +79,7 @@ def draw_accuracy(experiment_dir: str | os.PathLike, x: str = "bits") -> Any:
   from matplotlib import ticker  # pylint: disable=g-import-not-at-top
   from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
 
-  groups = seed_groups.group_by_seed(load_runs(experiment_dir))
+  groups = seed_groups.group_by_seed(load_runs(experiment_dir) if runs is None else runs)
   figure = Figure(figsize=(7, 4.5), dpi=100)
   canvas = FigureCanvasAgg(figure)
   axes = figure.add_subplot()
