@@ -54,6 +54,14 @@ def plot_accuracy_vs_rounds(experiment_dir: str | os.PathLike,
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 _LINE_STYLES = ("-", "--", "-.", ":")
 _MARKERS_PER_LINE = 12   # a long curve shows about this many markers
+# A legend of more lines goes right of the axes, in columns of at most
+# `_LEGEND_ROWS` entries (what a 4.5 in figure holds at the small font), each
+# column widening the figure by its key and its longest label (at most about
+# this much per character of the small font).
+_LEGEND_INSIDE = 10
+_LEGEND_ROWS = 20
+_LEGEND_KEY_INCHES = 0.7
+_LEGEND_CHAR_INCHES = 0.07
 
 
 def _plot(experiment_dir, output, x: str) -> pathlib.Path:
@@ -113,10 +121,26 @@ def draw_accuracy(experiment_dir: str | os.PathLike, x: str = "bits",
   axes.set_title(pathlib.Path(experiment_dir).resolve().name)
   axes.grid(True, which="both", alpha=0.3)
   if plotted:
-    axes.legend()
+    _place_legend(figure, axes, plotted)
   figure.tight_layout()
   canvas.draw()
   return figure
+
+
+def _place_legend(figure: Any, axes: Any, entries: int) -> None:
+  """A legend inside the axes for up to `_LEGEND_INSIDE` lines; beyond that
+  (a sweep of many variants) in columns right of the axes, the figure widened
+  to hold them: inside, 40 entries hid the curves, and taller than the figure
+  they left no room for the axes (matplotlib's tight layout gave up)."""
+  if entries <= _LEGEND_INSIDE:
+    axes.legend()
+    return
+  columns = -(-entries // _LEGEND_ROWS)
+  longest = max(len(label) for label in axes.get_legend_handles_labels()[1])
+  column = _LEGEND_KEY_INCHES + _LEGEND_CHAR_INCHES * longest
+  figure.set_size_inches(figure.get_figwidth() + column * columns, figure.get_figheight())
+  axes.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0,
+              fontsize="small", ncols=columns)
 
 
 def _bits_formatter() -> Any:

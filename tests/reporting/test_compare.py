@@ -352,3 +352,30 @@ def test_the_table_fits_120_columns_unless_wide(tmp_path, capsys):
     assert [line.split()[0] for line in block.splitlines()[1:3]] == names
   assert cli.main(["compare", str(root), "--target", "0.9", "--wide"]) == 0
   assert "broadcast entropy" in capsys.readouterr().out
+
+
+def test_a_sweep_of_many_variants_keeps_its_legend_off_the_curves(tmp_path):
+  """40 curves: the legend inside the axes hid them, and taller than the figure
+  it left no room for the axes (matplotlib warned that its tight layout was not
+  applied). It now stands right of the axes in columns; a few curves keep it inside."""
+  import warnings
+  root = tmp_path / "sweep"
+  for i in range(40):
+    _powers_of_two_run(root, f"uniform{i}-with-a-long-variant-name", i + 1, accuracy_offset=i / 100)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")  # a layout matplotlib could not apply fails here
+    figure = draw_accuracy(root, "bits")
+  axes = figure.axes[0]
+  renderer = figure.canvas.get_renderer()
+  legend = axes.get_legend().get_window_extent(renderer)
+  plot = axes.get_window_extent(renderer)
+  assert len(axes.get_legend().get_texts()) == 40
+  assert legend.x0 > plot.x1   # beside the axes, not over the curves
+  assert figure.bbox.x0 <= legend.x0 and legend.x1 <= figure.bbox.x1   # whole, on the figure
+  assert plot.width > 0.5 * 700   # the axes keep at least half the original 7 in
+  _powers_of_two_run(tmp_path / "few", "a", 1)
+  few = draw_accuracy(tmp_path / "few", "bits")
+  renderer = few.canvas.get_renderer()
+  inside = few.axes[0].get_legend().get_window_extent(renderer)
+  assert few.axes[0].get_window_extent(renderer).contains(inside.x0 + 1, inside.y0 + 1)
+  assert tuple(few.get_size_inches()) == (7.0, 4.5)
