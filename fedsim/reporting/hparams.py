@@ -30,6 +30,7 @@ never reaches it has no value there. The metric's description says which.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pathlib
 from typing import Any, Callable, Mapping, Sequence
@@ -177,10 +178,16 @@ def write_sessions(runs: Sequence[Any], target: float | None = None) -> Callable
   for run, hparams, metrics in zip(runs, rows, ranked):
     old = sorted(run.path.glob(f"events.out.tfevents.*{SESSION_SUFFIX}"))
     step = run.metrics[-1].get("round", 0) if run.metrics else 0
+    # The file is named by what it holds: a session already on disk as it
+    # would be written is kept (a study's board is refreshed after each run,
+    # and most sessions do not change).
+    suffix = f".{_digest((run.name, step, sorted(hparams.items()), sorted(metrics.items())))}"
+    if [path.name.endswith(suffix + SESSION_SUFFIX) for path in old] == [True]:
+      continue
     write_events(tf, run.path, step, lambda h=hparams, m=metrics, r=run: [
         hp.hparams(h, trial_id=r.name),
         *(tf.summary.scalar(FINAL_PREFIX + tag, float(value)) for tag, value in m.items())],
-                 SESSION_SUFFIX)
+                 suffix + SESSION_SUFFIX)
     unlink_all(old)  # One session per run: the plugin would pick any of several.
   differs = dict(informative_first(rows))
   columns = [api_pb2.HParamInfo(name=key, differs=differs[key]) for key in (rows[0] if rows else {})]
@@ -197,6 +204,11 @@ def write_sessions(runs: Sequence[Any], target: float | None = None) -> Callable
              for tag, title in RANKING.items()]
   config = hp_summary.experiment_pb(columns, metrics, time_created_secs=0.0).SerializeToString()
   return lambda: tf.summary.experimental.write_raw_pb(config, step=0)
+
+
+def _digest(content: Any) -> str:
+  """12 hex digits naming `content` (plain values: its repr is its identity)."""
+  return hashlib.sha256(repr(content).encode()).hexdigest()[:12]
 
 
 def write_events(tf, log_dir: pathlib.Path, step: int, write, filename_suffix: str) -> None:

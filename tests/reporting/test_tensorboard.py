@@ -207,8 +207,18 @@ def test_sessions_fill_every_column_and_carry_the_ranking_metrics(tmp_path):
   assert u8_scalars["final/bits_to_target"] == [(3, 250.0)]
   assert u8_scalars["final/simulated_seconds_to_target"] == [(3, 1.0)]
 
-  write_sessions(runs)  # again: each run keeps one session
-  assert len(list((tmp_path / "u8").glob("events.out.tfevents.*"))) == 1
+  (session,) = (tmp_path / "u8").glob("events.out.tfevents.*")
+  written = session.stat()
+  write_sessions(runs)  # again, unchanged: the session on disk is kept as it is
+  assert [(p, p.stat().st_mtime_ns, p.stat().st_ino) for p in (tmp_path / "u8").glob(
+      "events.out.tfevents.*")] == [(session, written.st_mtime_ns, written.st_ino)]
+  (kept,) = (tmp_path / "none").glob("events.out.tfevents.*")
+  better = _run(tmp_path / "better", base, rows(100, [0.5, 0.9, 1.0]))
+  write_sessions([*runs, better])  # a new best run moves the target to 0.9
+  (rewritten,) = (tmp_path / "u8").glob("events.out.tfevents.*")   # still one session
+  assert rewritten != session and not session.exists()
+  assert "final/bits_to_target" not in _session(tmp_path / "u8")[1]  # u8 never reaches 0.9
+  assert list((tmp_path / "none").glob("events.out.tfevents.*")) == [kept]  # reached it as at 0.81
   board = tmp_path / "board"
   board.mkdir()
   tf = load_tensorflow()
