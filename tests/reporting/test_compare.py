@@ -363,7 +363,7 @@ def test_a_sweep_of_many_variants_keeps_its_legend_off_the_curves(tmp_path):
   for i in range(40):
     _powers_of_two_run(root, f"uniform{i}-with-a-long-variant-name", i + 1, accuracy_offset=i / 100)
   with warnings.catch_warnings():
-    warnings.simplefilter("error")  # a layout matplotlib could not apply fails here
+    warnings.simplefilter("error", UserWarning)  # matplotlib's "Tight layout not applied"
     figure = draw_accuracy(root, "bits")
   axes = figure.axes[0]
   renderer = figure.canvas.get_renderer()
