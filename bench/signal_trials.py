@@ -16,8 +16,10 @@ start-up, the second in the first compile, rounds, evaluation, TensorBoard
 writes and checkpoints). SIGINT goes to the trial's process group, as a
 terminal's Ctrl-C; SIGTERM to fedsim's process, as `kill`.
 A trial passes when fedsim exits 130 / 143 within 60 s, `fedsim status` calls
-its run `interrupted` (a signal before the run directory exists leaves none:
-counted, shown as `before run dir`), its stderr holds no "Traceback" and no
+its run `interrupted` (a signal before the run directory exists leaves none,
+and one while the run is only planned leaves it `not started`: `fedsim run`
+writes the plan, with the run's directory, before it builds the run; both are
+counted, shown as `before start`), its stderr holds no "Traceback" and no
 "Exception ignored", and 5 s later no process it started is alive (TFF
 worker, Ray's GCS, raylet, agents, actors: every process whose environment
 holds the trial's marker). Prints a table, runtime x signal -> passed/N, and
@@ -52,6 +54,8 @@ RUNTIMES = {"local": "{name: local}", "inprocess": "{name: inprocess}",
             "ray": "{name: ray, address: local}"}
 EXPECTED = {"INT": 130, "TERM": 143}
 EXIT_TIMEOUT_S = 60
+# `fedsim status` of a run the plan made that never started (no status, no rounds).
+_PLANNED = "not started"
 START_TIMEOUT_S = 300
 _load: list[subprocess.Popen] = []
 
@@ -113,14 +117,14 @@ def trial(runtime: str, sig: str, anchor: str, delay: float, root: pathlib.Path)
     left = left_after(marker, 5)
     if left:
       seen["problems"].append("left running: " + "; ".join(c[:60] for _, c in left))
-    run_dirs = sorted(logdir.glob("quickstart/*"))
+    run_dirs = sorted(p for p in logdir.glob("quickstart/*") if p.is_dir())
     if not run_dirs:
       seen["status"] = "before run dir"
     else:
       status = subprocess.run([sys.executable, "-m", "fedsim.cli", "status", str(run_dirs[0])],
                               cwd=REPO, capture_output=True, text=True, env=env, timeout=120)
       seen["status"] = status.stdout.strip().split(": ", 1)[-1]
-      if not seen["status"].startswith("interrupted"):
+      if not seen["status"].startswith(("interrupted", _PLANNED)):
         seen["problems"].append(f"status: {seen['status']}")
   finally:
     if proc.poll() is None:
@@ -170,10 +174,10 @@ def main() -> int:
     stop_load()
   load = "none" if args.no_load else f"{os.cpu_count()} busy-loop processes"
   print(f"\n{started}, {os.cpu_count()} cores, load: {load}\n")
-  print("| runtime | signal | passed | before run dir |\n|---|---|---|---|")
+  print("| runtime | signal | passed | before start |\n|---|---|---|---|")
   for (runtime, sig), seen in results.items():
     passed = sum(not s["problems"] for s in seen)
-    early = sum(s.get("status") == "before run dir" for s in seen)
+    early = sum(s.get("status", "").startswith(("before run dir", _PLANNED)) for s in seen)
     print(f"| {runtime} | SIG{sig} (exit {EXPECTED[sig]}) | {passed}/{len(seen)} | {early} |")
   for seen in [s for cell in results.values() for s in cell if s["problems"]]:
     lines = (seen.get("stderr") or "").strip().splitlines()[:3]
