@@ -84,7 +84,11 @@ def rewrite_event_file(path: pathlib.Path, max_wall_time: float,
   accuracy-by-bits and by-simulated-time tags, at step <= `max_step`).
 
   A torn last record (a kill mid-write) is dropped too. The file is replaced
-  atomically; it is left untouched if nothing is dropped.
+  atomically; it is left untouched if nothing is dropped, and removed if
+  nothing but its header is left: a completed run's HParams session, logged
+  after its last checkpoint, is wholly cut, and the board, which keeps a
+  session file named by what it holds, would take the empty shell for it
+  when the resumed run completes with the same values.
 
   Returns:
     The number of events dropped.
@@ -110,7 +114,9 @@ def rewrite_event_file(path: pathlib.Path, max_wall_time: float,
       dropped += 1
     else:
       kept.append(event.SerializeToString())
-  if dropped:
+  if dropped and all(tf.compat.v1.Event.FromString(r).HasField("file_version") for r in kept):
+    path.unlink()
+  elif dropped:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     with tf.io.TFRecordWriter(str(tmp)) as writer:
       for record in kept:

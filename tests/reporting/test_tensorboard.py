@@ -325,3 +325,27 @@ def test_a_refresh_reads_each_runs_config_once(tmp_path, monkeypatch):
   assert board.refresh(tmp_path) == tmp_path / board.COMPARISON_RUN
   assert sorted(path.parent.name for path in reads) == ["a", "b"]
   assert [real(path)["label"] for path in sorted(reads)] == ["a", "b"]
+
+
+def test_a_rewound_session_is_written_again_when_the_run_completes_again(tmp_path):
+  """A completed run resumed from a checkpoint (an older one, when the newest
+  is damaged) loses its HParams session to the rewind (logged after every
+  checkpoint); completed again with the same values, its session must be
+  written again, not taken from the emptied file kept under its name."""
+  import time
+  from fedsim.state.checkpoint import Checkpoint
+  from fedsim.state.rewind import rewind_logs
+  rows = [{"round": r, "cumulative_broadcast_bits": 100 * r, "cumulative_aggregate_bits": 100 * r,
+           "eval/accuracy": 0.5 + r / 10} for r in (1, 2, 3)]
+  runs = [_run(tmp_path / "a", {"name": "exp", "seed": 1}, rows)]
+  checkpoint_taken = time.time()
+  time.sleep(0.01)
+  write_sessions(runs)
+  want = _session(tmp_path / "a")[1]
+  assert want["final/total_bits"] == [(3, 600.0)]
+  rewind_logs(tmp_path / "a", Checkpoint(path=tmp_path / "a" / "checkpoints", round_num=2,
+                                         simulated_seconds=0.0, broadcast_history=(),
+                                         aggregate_history=(), wall_time=checkpoint_taken))
+  assert not list((tmp_path / "a").glob("events.out.tfevents.*"))
+  write_sessions(runs)  # the resumed run completed with the same values
+  assert _session(tmp_path / "a")[1] == want
