@@ -182,7 +182,7 @@ def write_sessions(runs: Sequence[Any], target: float | None = None) -> Callable
     # would be written is kept (a study's board is refreshed after each run,
     # and most sessions do not change).
     suffix = f".{_digest((run.name, step, sorted(hparams.items()), sorted(metrics.items())))}"
-    if [path.name.endswith(suffix + SESSION_SUFFIX) for path in old] == [True]:
+    if len(old) == 1 and old[0].name.endswith(suffix + SESSION_SUFFIX):
       continue
     write_events(tf, run.path, step, lambda h=hparams, m=metrics, r=run: [
         hp.hparams(h, trial_id=r.name),

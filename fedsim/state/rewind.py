@@ -95,7 +95,7 @@ def rewrite_event_file(path: pathlib.Path, max_wall_time: float,
   """
   from fedsim.reporting.sinks import load_tensorflow  # pylint: disable=g-import-not-at-top
   tf = load_tensorflow()
-  kept, dropped = [], 0
+  kept, dropped, events_kept = [], 0, False  # events_kept: any but the file header
   # Not tf.compat.v1.train.summary_iterator: it logs a deprecation warning.
   records = iter(tf.data.TFRecordDataset(str(path)))
   while True:
@@ -114,7 +114,8 @@ def rewrite_event_file(path: pathlib.Path, max_wall_time: float,
       dropped += 1
     else:
       kept.append(event.SerializeToString())
-  if dropped and all(tf.compat.v1.Event.FromString(r).HasField("file_version") for r in kept):
+      events_kept = events_kept or not is_file_header
+  if dropped and not events_kept:
     path.unlink()
   elif dropped:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
