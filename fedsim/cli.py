@@ -180,6 +180,10 @@ def _add_check_parser(sub, add_plugin_arg) -> None:
 
 
 def _check(args) -> int:
+  from fedsim.backend import quiet
+  # As a run does: TensorFlow's start-up lines, its C++ warnings and
+  # tensor_encoding's notes (one per traced encoder) stay off the terminal.
+  quiet.import_tff()
   from fedsim.compression import check
   from fedsim.experiment.config.merge import parse_set
   params = {}

@@ -104,6 +104,19 @@ def test_bad_input_exits_2_with_one_line(tmp_path, tiny_config, args, culprit):
   assert not (tmp_path / "runs").exists()  # nothing was started
 
 
+@pytest.mark.slow
+def test_check_prints_its_table_and_nothing_else():
+  """TensorFlow's start-up lines and tensor_encoding's notes stay off the
+  terminal, as in a run (the suite's TF_CPP_MIN_LOG_LEVEL is not a user's)."""
+  env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+  result = subprocess.run([sys.executable, "-m", "fedsim.cli", "check", "encoder", "uniform"],
+                          env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=300)
+  assert result.returncode == 0, result.stderr
+  assert result.stderr == ""
+  assert result.stdout.splitlines()[-1] == "uniform: its random draws repeat (seeded)"
+
+
 def test_missing_config_file(tmp_path):
   result = fedsim("validate", str(tmp_path / "missing.yaml"))
   assert result.returncode == 2
