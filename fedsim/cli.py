@@ -174,23 +174,24 @@ def _add_check_parser(sub, add_plugin_arg) -> None:
                   " decodes as the sum of the decodes. Exit 1 if it does not.")
   encoder.add_argument("name", metavar="NAME", help="a registered encoder (see fedsim list"
                                                     " encoder), a plugin's included")
-  encoder.add_argument("params", nargs="*", metavar="KEY=VALUE",
+  encoder.add_argument("params", nargs="*", default=[], metavar="KEY=VALUE",
                        help="encoder parameters as YAML values, e.g. bits=4")
   add_plugin_arg(encoder)
 
 
 def _check(args) -> int:
+  from fedsim.experiment.config.merge import parse_set
+  params = {}
+  for item in args.params:
+    key, sep, _ = item.partition("=")
+    if not sep or not key.strip() or "." in key:
+      raise UserError(f"{item}: expected KEY=VALUE, a parameter of encoder '{args.name}'")
+    params.update(parse_set(item, flag=""))
   from fedsim.backend import quiet
   # As a run does: TensorFlow's start-up lines, its C++ warnings and
   # tensor_encoding's notes (one per traced encoder) stay off the terminal.
   quiet.import_tff()
   from fedsim.compression import check
-  from fedsim.experiment.config.merge import parse_set
-  params = {}
-  for item in args.params:
-    if "." in item.partition("=")[0]:
-      raise UserError(f"{item}: expected KEY=VALUE, a parameter of encoder '{args.name}'")
-    params.update(parse_set(item))
   report = check.check_encoder(args.name, params)
   print(check.format_report(args.name, report))
   return 0 if report.passed else 1

@@ -418,3 +418,26 @@ def test_fedsim_check_encoder_says_whether_the_draws_repeat(unseeded_plugin, cap
   lines = capsys.readouterr().out.splitlines()
   assert code == 0
   assert lines[-1] == "composed_hadamard: its random draws repeat (seeded)"
+
+
+@pytest.mark.parametrize("args,said", [
+    (["uniform", "bits"], "bits: expected KEY=VALUE, a parameter of encoder 'uniform'"),
+    (["uniform", "=3"], "=3: expected KEY=VALUE, a parameter of encoder 'uniform'"),
+    (["uniform", "a.b=1"], "a.b=1: expected KEY=VALUE, a parameter of encoder 'uniform'"),
+    (["uniform", "bits=["], "bits=[: value is not valid YAML"),
+    (["uniform", "bits=0"], "encoder.bits: must be >= 1, got 0"),
+    (["nosuch"], "encoder: unknown encoder 'nosuch'; choose one of: "),
+])
+def test_bad_check_arguments_are_named_in_one_line(args, said, capsys):
+  """The culprit is the argument as typed (check takes no --set)."""
+  assert cli.main(["check", "encoder", *args]) == 2
+  error = capsys.readouterr().err
+  assert error.startswith(f"fedsim: error: {said}")
+  assert error.count("\n") == 1
+
+
+def test_check_needs_only_the_encoders_name(capsys):
+  with pytest.raises(SystemExit):
+    cli.main(["check", "encoder"])
+  assert capsys.readouterr().err.splitlines()[-1] == (
+      "fedsim check encoder: error: the following arguments are required: NAME")

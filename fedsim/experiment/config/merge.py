@@ -62,32 +62,35 @@ def _choice_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
   return any(k in new and k in old and new[k] != old[k] for k in CHOICE_KEYS)
 
 
-def parse_set(item: str, current: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def parse_set(item: str, current: Mapping[str, Any] | None = None,
+              flag: str = "--set") -> dict[str, Any]:
   """The override mapping of one `--set dotted.key=value` (value parsed as YAML).
 
   `current`, the config it will be laid over, is only checked: a key may not
-  reach into a value that is not a section.
+  reach into a value that is not a section. `flag`: what the item was given
+  as, for the error ("" for a bare KEY=VALUE argument).
 
   Raises:
-    UserError: naming the `--set` item when it is malformed.
+    UserError: naming the item (after `flag`) when it is malformed.
   """
+  culprit = f"{flag} {item}" if flag else item
   key, sep, text = item.partition("=")
   parts = key.strip().split(".")
   if not sep or not all(parts):
-    raise UserError(f"--set {item}: expected dotted.key=value")
+    raise UserError(f"{culprit}: expected dotted.key=value")
   try:
     value = yaml_syntax.load(text) if text.strip() else ""
   except yaml_syntax.DuplicateKeyError as e:
-    raise UserError(f"--set {item}: duplicate key '{e.key}'") from None
+    raise UserError(f"{culprit}: duplicate key '{e.key}'") from None
   except yaml.YAMLError:
-    raise UserError(f"--set {item}: value is not valid YAML") from None
+    raise UserError(f"{culprit}: value is not valid YAML") from None
   node = current
   for i, part in enumerate(parts[:-1]):
     node = node.get(part) if isinstance(node, Mapping) else None
     if node is None or isinstance(node, str):
       break  # a new section, or `model: mlp` shorthand: both take keys
     if not isinstance(node, Mapping):
-      raise UserError(f"--set {item}: '{'.'.join(parts[:i + 1])}' is not a section")
+      raise UserError(f"{culprit}: '{'.'.join(parts[:i + 1])}' is not a section")
   for part in reversed(parts):
     value = {part: value}
   return value
