@@ -128,10 +128,16 @@ def direction_of(name: str, params: Mapping[str, Any], key: str = "encoder") -> 
   """The direction encoding every float tensor with encoder `name` at `params`.
 
   Raises:
-    UserError: unknown encoder (naming `key`) or parameter (`key`.PARAM).
+    UserError: unknown encoder (naming `key`) or parameter (`key`.PARAM), or
+      a parameter the check sets itself (the encoder's name; every tensor encoded).
   """
   ENCODERS.get(name, key)
-  return parse_direction({"encoder": name, **params, "min_elements": 1}, key)
+  fixed = {"encoder": (name, "the NAME argument"), "min_elements": (1, "every vector is encoded")}
+  for param in sorted(fixed.keys() & params.keys()):
+    value, why = fixed[param]
+    raise UserError(f"{key}.{param}: the check sets it ({value!r}: {why}); give only the"
+                    " encoder's own parameters")
+  return parse_direction({**params, **{k: v for k, (v, _) in fixed.items()}}, key)
 
 
 def _encoder(direction: DirectionSpec, spec: tf.TensorSpec, seed: int):

@@ -427,6 +427,11 @@ def test_fedsim_check_encoder_says_whether_the_draws_repeat(unseeded_plugin, cap
     (["uniform", "bits=["], "bits=[: value is not valid YAML"),
     (["uniform", "bits=0"], "encoder.bits: must be >= 1, got 0"),
     (["nosuch"], "encoder: unknown encoder 'nosuch'; choose one of: "),
+    # Checked 'sign' under the name 'uniform', and ignored min_elements.
+    (["uniform", "encoder=sign"], "encoder.encoder: the check sets it ('uniform': the NAME"
+                                  " argument); give only the encoder's own parameters"),
+    (["uniform", "min_elements=50"], "encoder.min_elements: the check sets it (1: every vector"
+                                     " is encoded); give only the encoder's own parameters"),
 ])
 def test_bad_check_arguments_are_named_in_one_line(args, said, capsys):
   """The culprit is the argument as typed (check takes no --set)."""
