@@ -8,6 +8,7 @@ culprit), 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import pathlib
 import sys
@@ -16,6 +17,7 @@ from typing import NoReturn, Sequence
 from fedsim import host_limits
 from fedsim.errors import HostError, RunFailed, UserError, host_error, one_line
 from fedsim.plugins import load_plugins
+from fedsim.seeds import MAX_SEED
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -107,7 +109,7 @@ def _parser() -> argparse.ArgumentParser:
                                        " accuracy_vs_bits.png and accuracy_vs_rounds.png,"
                                        " and the table over seeds as study_result.md and"
                                        " study_result.csv, into the experiment directory.")
-  compare.add_argument("--target", type=float, default=None, metavar="ACCURACY",
+  compare.add_argument("--target", type=_accuracy, default=None, metavar="ACCURACY",
                        help="also show where each run first reached this eval accuracy:"
                             " its round, cumulative bits both ways and simulated hours;"
                             " TensorBoard's HParams tab then ranks 'to target' by it too")
@@ -142,11 +144,12 @@ def _parser() -> argparse.ArgumentParser:
       description="Print the number of clients, quantiles of examples and of distinct"
                   " labels per client, and write a label-distribution PNG.")
   add_config_args(describe)
-  describe.add_argument("--png", default=None,
-                        help="where to write the plot (default: the experiment's log"
-                             " directory, <logdir>/<name>/label_distribution.png)")
-  describe.add_argument("--logdir", default="runs",
-                        help="root directory of runs (default: runs)")
+  where = describe.add_mutually_exclusive_group()
+  where.add_argument("--png", default=None, type=_png_path, metavar="PATH.png",
+                     help="where to write the plot (default: the experiment's log"
+                          " directory, <logdir>/<name>/label_distribution.png)")
+  where.add_argument("--logdir", default="runs",
+                     help="root directory of runs (default: runs)")
   _add_check_parser(sub, add_plugin_arg)
   return parser
 
@@ -199,18 +202,60 @@ def _check(args) -> int:
 
 def _seed_list(text: str) -> list[int]:
   """'0,1,2' -> [0, 1, 2] (argparse reports the error for anything else)."""
-  try:
-    seeds = [int(part) for part in text.split(",")]
-  except ValueError:
+  parts = [part.strip() for part in text.split(",")]
+  if not all(part.isascii() and part.isdigit() for part in parts):
     raise argparse.ArgumentTypeError(f"'{text}' is not a comma-separated list of"
-                                     " integers, e.g. 0,1,2") from None
+                                     " seeds (integers >= 0), e.g. 0,1,2")
+  seeds = [int(part) for part in parts]
+  if max(seeds) > MAX_SEED:
+    raise argparse.ArgumentTypeError(f"{max(seeds)} is beyond the largest seed, 2**31 - 1")
+  if len(set(seeds)) != len(seeds):
+    raise argparse.ArgumentTypeError(f"'{text}' repeats a seed")
   return seeds
 
 
+def _accuracy(text: str) -> float:
+  """An eval accuracy: a fraction in (0, 1]."""
+  try:
+    value = float(text)
+  except ValueError:
+    value = math.nan
+  if not 0 < value <= 1:
+    raise argparse.ArgumentTypeError(f"'{text}' is not an accuracy in (0, 1], e.g. 0.9 for"
+                                     " 90%")
+  return value
+
+
+def _png_path(text: str) -> str:
+  if not text.lower().endswith(".png") or not os.path.basename(text)[:-4]:
+    raise argparse.ArgumentTypeError(f"'{text}' is not a .png file's path, e.g. labels.png")
+  return text
+
+
 def _overrides(args) -> list[str]:
-  """The --set overrides, then --seeds as `seeds=[...]`."""
+  """The --set overrides, then --seeds as `seeds=[...]`.
+
+  Raises:
+    UserError: both --seeds and --set seeds=... (neither would say it lost).
+  """
   seeds = getattr(args, "seeds", None)
-  return args.overrides + ([f"seeds=[{','.join(map(str, seeds))}]"] if seeds else [])
+  if not seeds:
+    return args.overrides
+  for item in args.overrides:
+    if item.partition("=")[0].strip() == "seeds":
+      raise UserError(f"--seeds {','.join(map(str, seeds))} and --set {item}: give the seeds once")
+  return [*args.overrides, f"seeds=[{','.join(map(str, seeds))}]"]
+
+
+def _logdir(path: str, flag: str = "--logdir") -> str:
+  """`path`, unless it is there and not a directory (runs go under it).
+
+  Raises:
+    UserError: naming the flag and the path.
+  """
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise UserError(f"{flag} {path}: not a directory")
+  return path
 
 
 def _is_study_dir(path: pathlib.Path) -> bool:
@@ -220,6 +265,7 @@ def _is_study_dir(path: pathlib.Path) -> bool:
 
 def _run(args) -> int:
   from fedsim.study.executors import choose  # NumPy: after the signal handlers
+  _logdir(args.logdir)
   executor = choose(args.executor, args.jobs, args.ray_address, args.max_retries)
   target = _resume_target(args)
   if target is not None and not _is_study_dir(target) and (target / "config.yaml").is_file():
@@ -351,7 +397,8 @@ def _resume_target(args) -> pathlib.Path | None:
   if args.resume is not True:
     target = pathlib.Path(args.resume)
     if not target.is_dir():
-      raise UserError(f"--resume {target}: no such directory")
+      raise UserError(f"--resume {target}:"
+                      f" {'not a directory' if target.exists() else 'no such directory'}")
     if not _is_study_dir(target) and not (target / "config.yaml").is_file():
       raise UserError(f"--resume {target}: not a fedsim run or study directory (no"
                       " config.yaml, no study.yaml)")
@@ -435,7 +482,7 @@ def _status(args) -> int:
 def _data(args) -> int:
   from fedsim.describe_data import describe
   print(describe(args.config, args.overrides, args.png, variant=args.variant,
-                 logdir=args.logdir))
+                 logdir=_logdir(args.logdir) if args.png is None else None))
   return 0
 
 

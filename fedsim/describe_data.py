@@ -13,7 +13,8 @@ from typing import Sequence
 
 from fedsim.data import DATASETS
 from fedsim.data.describe import default_png, plot_labels, summary
-from fedsim.experiment.config.loader import expand_variants, load_config
+from fedsim.experiment.config.loader import expand_variants
+from fedsim.experiment.config.variant_overrides import load_for_variant
 
 
 def describe(config_path: str | os.PathLike, overrides: Sequence[str] = (),
@@ -40,7 +41,7 @@ def describe(config_path: str | os.PathLike, overrides: Sequence[str] = (),
     UserError: bad config or data files (as a run would raise), or an
       unknown `variant`.
   """
-  _, raw = load_config(config_path, overrides)
+  raw = load_for_variant(config_path, overrides, variant)  # --set over the variant, as a run
   # With `seeds`, the data of the first seed.
   _, config = expand_variants(raw if variant else {**raw, "variants": {}}, only=variant)[0]
   data = DATASETS.get(config.data.name).build(config.data.params, config.seed)

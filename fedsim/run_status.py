@@ -184,7 +184,7 @@ def find_runs(path: str | os.PathLike) -> list[pathlib.Path]:
   """
   path = pathlib.Path(path)
   if not path.is_dir():
-    raise UserError(f"{path}: no such directory")
+    raise UserError(f"{path}: {'not a directory' if path.exists() else 'no such directory'}")
   if _is_run(path):
     return [path]
   runs = sorted(d for d in (*path.glob("*"), *path.glob("*/*")) if d.is_dir() and _is_run(d))

@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import dataclasses
 
+# The largest run seed (the config's `seed` and `seeds`, `--seeds`).
+MAX_SEED = 2**31 - 1
+
 
 @dataclasses.dataclass(frozen=True)
 class Stream:

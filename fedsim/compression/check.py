@@ -137,7 +137,20 @@ def direction_of(name: str, params: Mapping[str, Any], key: str = "encoder") -> 
     value, why = fixed[param]
     raise UserError(f"{key}.{param}: the check sets it ({value!r}: {why}); give only the"
                     " encoder's own parameters")
-  return parse_direction({**params, **{k: v for k, (v, _) in fixed.items()}}, key)
+  for param in sorted(_OF_A_RUN & params.keys()):
+    raise UserError(f"{key}.{param}: a run's option, not the encoder's: the check encodes"
+                    " each vector afresh; give only the encoder's own parameters")
+  direction = parse_direction({**params, **{k: v for k, (v, _) in fixed.items()}}, key)
+  if direction.control is not None:
+    param = direction.control.param
+    raise UserError(f"{key}.{param}.controller: a run's controller sets {param} each round;"
+                    f" give the value to check, e.g. {param}={direction.control.initial:g}")
+  return direction
+
+
+# A direction's keys beside its encoder's own: which tensors it encodes (every
+# one, here), residuals kept across rounds, and lossless coding of what is sent.
+_OF_A_RUN = frozenset({"threshold", "error_feedback", "lossless"})
 
 
 def _encoder(direction: DirectionSpec, spec: tf.TensorSpec, seed: int):

@@ -432,6 +432,14 @@ def test_fedsim_check_encoder_says_whether_the_draws_repeat(unseeded_plugin, cap
                                   " argument); give only the encoder's own parameters"),
     (["uniform", "min_elements=50"], "encoder.min_elements: the check sets it (1: every vector"
                                      " is encoded); give only the encoder's own parameters"),
+    # threshold was refused for a min_elements the user never gave; the others were ignored.
+    *[(["uniform", f"{key}={value}"], f"encoder.{key}: a run's option, not the encoder's: the"
+       " check encodes each vector afresh; give only the encoder's own parameters")
+      for key, value in [("threshold", 10), ("error_feedback", "true"),
+                         ("lossless", "huffman")]],
+    (["uniform", "bits={initial: 4, controller: adaquantfl}"],
+     "encoder.bits.controller: a run's controller sets bits each round; give the value to"
+     " check, e.g. bits=4"),
 ])
 def test_bad_check_arguments_are_named_in_one_line(args, said, capsys):
   """The culprit is the argument as typed (check takes no --set)."""

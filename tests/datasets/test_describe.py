@@ -84,3 +84,14 @@ def test_label_plot_keys_the_classes(classes, legend):
       assert box is None and fig.axes[1].get_ylabel() == "class"  # a colour bar instead
   finally:
     plt.close(fig)
+
+
+def test_a_set_with_a_variant_changes_that_variants_data_as_in_a_run():
+  """`--variant flat --set data.num_clients=6`: the variant's data with 6 clients
+  (it was laid over the base config, under the variant's own section)."""
+  config = {**VARIANTS, "variants": {"flat": {"data": {"partition": "iid",
+                                                         "num_clients": 12}}}}
+  text = describe(config, ["data.num_clients=6"], variant="flat")
+  assert "clients: 6" in text.splitlines()
+  # iid: 1,437 training images into 6 gives 3 x 240 and 3 x 239.
+  assert "examples per client: min 239, p10 239, median 239.5, p90 240, max 240" in text

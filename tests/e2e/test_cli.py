@@ -286,3 +286,52 @@ def test_every_flag_is_in_the_command_line_reference_table():
         if isinstance(action.choices[sub], type(parser)):
           yield from flags(action.choices[sub])
   assert set(flags(cli._parser())) == table  # every flag, and no flag fedsim lacks
+
+
+@pytest.mark.parametrize("args,said", [
+    (["data", "describe", "c.yaml", "--png", "x.txt"],
+     "argument --png: 'x.txt' is not a .png file's path, e.g. labels.png"),
+    (["data", "describe", "c.yaml", "--png", ""],
+     "argument --png: '' is not a .png file's path, e.g. labels.png"),
+    (["data", "describe", "c.yaml", "--png", "p.png", "--logdir", "d"],
+     "argument --logdir: not allowed with argument --png"),
+    (["compare", "runs/x", "--target", "90"],
+     "argument --target: '90' is not an accuracy in (0, 1], e.g. 0.9 for 90%"),
+    (["compare", "runs/x", "--target", "nan"],
+     "argument --target: 'nan' is not an accuracy in (0, 1], e.g. 0.9 for 90%"),
+    (["compare", "runs/x", "--target", "0"],
+     "argument --target: '0' is not an accuracy in (0, 1], e.g. 0.9 for 90%"),
+    (["validate", "c.yaml", "--seeds=-1"], "argument --seeds: '-1' is not a comma-separated"
+                                           " list of seeds (integers >= 0), e.g. 0,1,2"),
+    (["validate", "c.yaml", "--seeds", "1_0"], "argument --seeds: '1_0' is not a"
+                                               " comma-separated list of seeds (integers >= 0),"
+                                               " e.g. 0,1,2"),
+    (["validate", "c.yaml", "--seeds", "1,1"], "argument --seeds: '1,1' repeats a seed"),
+    (["run", "c.yaml", "--seeds", "2147483648"],
+     "argument --seeds: 2147483648 is beyond the largest seed, 2**31 - 1"),
+])
+def test_a_flags_bad_value_is_refused_naming_the_flag(args, said, capsys):
+  from fedsim import cli
+  with pytest.raises(SystemExit) as exit_:
+    cli.main(args)
+  assert exit_.value.code == 2
+  assert capsys.readouterr().err.splitlines()[-1].endswith(f"error: {said}")
+
+
+def test_a_file_where_a_directory_belongs_is_named_as_such(tmp_path, tiny_config, capsys,
+                                                           monkeypatch):
+  from fedsim import cli
+  monkeypatch.chdir(tmp_path)
+  (tmp_path / "afile").write_text("")
+  for args, said in [
+      (["status", "afile"], "afile: not a directory"),
+      (["run", "--resume", "afile"], "--resume afile: not a directory"),
+      (["run", str(tiny_config), "--logdir", "afile"], "--logdir afile: not a directory"),
+      (["data", "describe", str(tiny_config), "--logdir", "afile"],
+       "--logdir afile: not a directory"),
+      (["validate", str(tiny_config), "--seeds", "1", "--set", "seeds=[2,3]"],
+       "--seeds 1 and --set seeds=[2,3]: give the seeds once"),
+  ]:
+    assert cli.main(args) == 2, args
+    assert capsys.readouterr().err == f"fedsim: error: {said}\n"
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "tiny.yaml"]

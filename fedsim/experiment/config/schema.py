@@ -12,6 +12,7 @@ from fedsim.compression import parse_compression
 from fedsim.config.typed import Component, bounded, component, custom
 from fedsim.data import DATASETS
 from fedsim.errors import UserError
+from fedsim.seeds import MAX_SEED
 from fedsim.system.clock import SystemConfig
 from fedsim.models import MODELS
 from fedsim.runtime.runtime_registry import RUNTIMES
@@ -43,7 +44,7 @@ class ExperimentConfig:
   data: Component = component(DATASETS)
   model: Component = component(MODELS)
   algorithm: Component = component(ALGORITHMS, {"name": "fedavg"})
-  seed: int = bounded(0, min=0, max=2**31 - 1)
+  seed: int = bounded(0, min=0, max=MAX_SEED)
   # Run every variant once per seed (run directories '<variant>-seed<N>');
   # empty: one run with `seed`.
   seeds: list[int] = dataclasses.field(default_factory=list)
@@ -95,7 +96,7 @@ class ExperimentConfig:
       check_experiment(self)
     self._check_aggregation()
     for seed in self.seeds:
-      if not 0 <= seed <= 2**31 - 1:
+      if not 0 <= seed <= MAX_SEED:
         raise UserError(f"seeds: {seed} is not in [0, 2**31 - 1]")
     if len(set(self.seeds)) != len(self.seeds):
       raise UserError(f"seeds: {self.seeds} repeats a seed")
