@@ -20,8 +20,16 @@ from fedsim.plugins import load_plugins
 from fedsim.seeds import MAX_SEED
 
 
+class _Parser(argparse.ArgumentParser):
+  """argparse's parser whose errors are one line, as fedsim's own: the usage
+  block it prints above them is left to --help."""
+
+  def error(self, message: str) -> NoReturn:
+    self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(
+  parser = _Parser(
       prog="fedsim",
       description="Federated learning simulation on TensorFlow Federated, measuring"
                   " accuracy and the bits that cross the wire.")

@@ -452,5 +452,6 @@ def test_bad_check_arguments_are_named_in_one_line(args, said, capsys):
 def test_check_needs_only_the_encoders_name(capsys):
   with pytest.raises(SystemExit):
     cli.main(["check", "encoder"])
-  assert capsys.readouterr().err.splitlines()[-1] == (
-      "fedsim check encoder: error: the following arguments are required: NAME")
+  assert capsys.readouterr().err == (
+      "fedsim check encoder: error: the following arguments are required: NAME"
+      " (see fedsim check encoder --help)\n")

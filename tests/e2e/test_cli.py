@@ -315,7 +315,9 @@ def test_a_flags_bad_value_is_refused_naming_the_flag(args, said, capsys):
   with pytest.raises(SystemExit) as exit_:
     cli.main(args)
   assert exit_.value.code == 2
-  assert capsys.readouterr().err.splitlines()[-1].endswith(f"error: {said}")
+  command = " ".join(["fedsim", *args[:2 if args[0] == "data" else 1]])
+  # One line, as fedsim's own errors (argparse printed its usage block above it).
+  assert capsys.readouterr().err == f"{command}: error: {said} (see {command} --help)\n"
 
 
 def test_a_file_where_a_directory_belongs_is_named_as_such(tmp_path, tiny_config, capsys,
