@@ -154,14 +154,20 @@ def _run_plans(plans, logdir, held: contextlib.ExitStack, progress, on_run_dir, 
   from fedsim.state.rewind import rewind_to_start
   from fedsim.experiment.simulation import build_simulation
   from fedsim.reporting import create_run_dir, mark_failed, mark_interrupted, write_config
+  from fedsim.reporting.rundir import INVALID_CONFIG
   from fedsim.reporting.ownership import lock_run_dir
   from fedsim.runtime import signals
   from fedsim.runtime.session import session
 
   results = {}
   for variant, cfg, resolved, resumption in plans:
-    with quiet.filtered_stderr():  # TFF's compiler logs known noise while building
-      sim = build_simulation(cfg)
+    try:
+      with quiet.filtered_stderr():  # TFF's compiler logs known noise while building
+        sim = build_simulation(cfg)
+    except UserError as e:
+      if resumption is not None:  # planned by a study: its status says why, not 'not started'
+        mark_failed(resumption.run_dir, UserError(f"{INVALID_CONFIG} {e}"))
+      raise
     if sim.runtime_notice:
       print(f"fedsim: {sim.runtime_notice}", file=sys.stderr)
     if resumption is None:

@@ -337,3 +337,19 @@ def test_a_file_where_a_directory_belongs_is_named_as_such(tmp_path, tiny_config
     assert cli.main(args) == 2, args
     assert capsys.readouterr().err == f"fedsim: error: {said}\n"
   assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "tiny.yaml"]
+
+
+def test_a_run_whose_config_is_refused_at_its_build_is_failed_with_why(tmp_path, tiny_config,
+                                                                        capsys):
+  """It stayed 'not started', with a `resume with` that failed the same way."""
+  from fedsim import cli
+  logdir = tmp_path / "runs"
+  assert cli.main(["run", str(tiny_config), "--logdir", str(logdir),
+                   "--set", "data.num_clients=5000"]) == 2
+  why = "data.num_clients: 5000 clients need at least 5000 examples, digits has 1437 for training"
+  assert capsys.readouterr().err == f"fedsim: error: {why}\n"
+  assert cli.main(["status", str(logdir / "tiny")]) == 0
+  table = capsys.readouterr().out.splitlines()
+  assert len(table) == 2  # the header, the run, and no `resume with`
+  assert table[1].split()[1:3] == ["failed", "0/2"]
+  assert table[1].endswith(f"invalid config: {why}")
