@@ -255,14 +255,14 @@ def _overrides(args) -> list[str]:
   return [*args.overrides, f"seeds=[{','.join(map(str, seeds))}]"]
 
 
-def _logdir(path: str, flag: str = "--logdir") -> str:
-  """`path`, unless it is there and not a directory (runs go under it).
+def _logdir(path: str) -> str:
+  """`--logdir path`, unless it is there and not a directory (runs go under it).
 
   Raises:
     UserError: naming the flag and the path.
   """
   if os.path.exists(path) and not os.path.isdir(path):
-    raise UserError(f"{flag} {path}: not a directory")
+    raise UserError(f"--logdir {path}: not a directory")
   return path
 
 

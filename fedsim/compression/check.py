@@ -128,8 +128,10 @@ def direction_of(name: str, params: Mapping[str, Any], key: str = "encoder") -> 
   """The direction encoding every float tensor with encoder `name` at `params`.
 
   Raises:
-    UserError: unknown encoder (naming `key`) or parameter (`key`.PARAM), or
-      a parameter the check sets itself (the encoder's name; every tensor encoded).
+    UserError: unknown encoder (naming `key`) or parameter (`key`.PARAM), a
+      parameter the check sets itself (the encoder's name; every tensor
+      encoded), or a run's option it would not apply (which tensors, error
+      feedback, lossless coding, a controller).
   """
   ENCODERS.get(name, key)
   fixed = {"encoder": (name, "the NAME argument"), "min_elements": (1, "every vector is encoded")}
