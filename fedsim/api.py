@@ -154,7 +154,6 @@ def _run_plans(plans, logdir, held: contextlib.ExitStack, progress, on_run_dir, 
   from fedsim.state.rewind import rewind_to_start
   from fedsim.experiment.simulation import build_simulation
   from fedsim.reporting import create_run_dir, mark_failed, mark_interrupted, write_config
-  from fedsim.reporting.rundir import INVALID_CONFIG
   from fedsim.reporting.ownership import lock_run_dir
   from fedsim.runtime import signals
   from fedsim.runtime.session import session
@@ -165,8 +164,11 @@ def _run_plans(plans, logdir, held: contextlib.ExitStack, progress, on_run_dir, 
       with quiet.filtered_stderr():  # TFF's compiler logs known noise while building
         sim = build_simulation(cfg)
     except UserError as e:
-      if resumption is not None:  # planned by a study: its status says why, not 'not started'
-        mark_failed(resumption.run_dir, UserError(f"{INVALID_CONFIG} {e}"))
+      # A run the study planned (or one resumed) says why, not 'not started'. It
+      # stays resumable: what a build refuses may be the machine's to mend (a
+      # data file, a GPU), not the config's.
+      if resumption is not None:
+        mark_failed(resumption.run_dir, e)
       raise
     if sim.runtime_notice:
       print(f"fedsim: {sim.runtime_notice}", file=sys.stderr)

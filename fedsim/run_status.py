@@ -22,14 +22,13 @@ from fedsim import invocation
 from fedsim.errors import UserError
 from fedsim.metric_names import EVAL_ACCURACY, TRAIN_LOSS
 from fedsim.reporting.ownership import parse_writer
-from fedsim.reporting.rundir import INVALID_CONFIG, read_status
+from fedsim.reporting.rundir import read_status
 from fedsim.reporting.sinks import read_metrics_csv
 from fedsim.state.checkpoint import intact_checkpoints
 
 # Why a failed run would fail again from its checkpoint: the same rounds
-# replay the same arithmetic (fedsim.experiment.round_result), and the same
-# config meets the same checks.
-_REPEATS = ("training diverged", INVALID_CONFIG)
+# replay the same arithmetic (fedsim.experiment.round_result).
+_REPEATS = ("training diverged",)
 
 
 @dataclasses.dataclass(frozen=True)

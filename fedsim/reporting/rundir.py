@@ -20,9 +20,6 @@ from fedsim.errors import UserError
 from fedsim.reporting.ownership import parse_writer, this_process
 
 STATUSES = ("running", "completed", "failed", "interrupted")
-# How a 'failed' status's reason starts when the run's config was refused
-# before it started (a resume would be refused the same way).
-INVALID_CONFIG = "invalid config:"
 # What `read_status` also says: a 'running' run whose process is gone.
 KILLED = "killed"
 # A full disk (or quota) refuses a new file; an existing file's blocks can
