@@ -16,13 +16,12 @@ import pathlib
 import time
 from typing import Sequence
 
-import yaml
-
 from fedsim import invocation
 from fedsim.errors import UserError
 from fedsim.metric_names import EVAL_ACCURACY, TRAIN_LOSS
 from fedsim.reporting.ownership import parse_writer
 from fedsim.reporting.rundir import read_status
+from fedsim.reporting.run_records import read_run_config
 from fedsim.reporting.sinks import read_metrics_csv
 from fedsim.state.checkpoint import intact_checkpoints
 
@@ -45,7 +44,8 @@ class RunStatus:
     message: why it failed or stopped, from the status file ('' if none), or
       which file is unreadable and why.
     rounds_done: the last round in metrics.csv (0 if none).
-    rounds: the configured number of rounds (None if config.yaml is unreadable).
+    rounds: the configured number of rounds (None if config.yaml is unreadable:
+      named in `damaged`, and the run cannot be resumed).
     checkpoint: the round of the newest complete checkpoint (None if none):
       where `fedsim run --resume` continues.
     idle_seconds: seconds since the run last wrote metrics.csv or its status.
@@ -75,7 +75,7 @@ class RunStatus:
     ever written (it restarts), and its failure is not one a replay repeats."""
     if self.status in ("completed", "running", "unreadable") or self.no_intact_checkpoint:
       return False
-    if any("metrics.csv" in reason for reason in self.damaged):
+    if self.rounds is None or any("metrics.csv" in reason for reason in self.damaged):
       return False
     return not (self.status == "failed" and any(r in self.message for r in _REPEATS))
 
@@ -121,6 +121,9 @@ def run_status(run_dir: str | os.PathLike, now: float | None = None) -> RunStatu
   except UserError as e:
     rows = []
     damaged.append(str(e))
+  rounds, config_damage = _configured_rounds(run_dir)
+  if config_damage:
+    damaged.append(config_damage)
   checkpoint, bad_checkpoints = intact_checkpoints(run_dir)
   status = status or ("not started" if not rows and checkpoint is None and not bad_checkpoints
                       and not metrics.is_file() else "unknown")
@@ -132,7 +135,7 @@ def run_status(run_dir: str | os.PathLike, now: float | None = None) -> RunStatu
   # metrics.csv may be the damaged file: the checkpoint still says how far it got.
   done = int(rows[-1]["round"]) if rows else (checkpoint.round_num if checkpoint else 0)
   return RunStatus(run_dir=run_dir, status=status, message=message,
-                   rounds_done=done, rounds=_configured_rounds(run_dir),
+                   rounds_done=done, rounds=rounds,
                    checkpoint=checkpoint.round_num if checkpoint else None,
                    idle_seconds=max(0.0, now - max(written)) if written else 0.0,
                    damaged=tuple(damaged),
@@ -197,12 +200,17 @@ def _is_run(path: pathlib.Path) -> bool:
   return (path / "config.yaml").is_file()
 
 
-def _configured_rounds(run_dir: pathlib.Path) -> int | None:
+def _configured_rounds(run_dir: pathlib.Path) -> tuple[int | None, str]:
+  """(rounds its config.yaml sets, '') or (None, why it does not say): a run
+  without a readable config cannot be resumed, nor compared."""
+  path = run_dir / "config.yaml"
   try:
-    config = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
-    return int(config["rounds"])
-  except (OSError, yaml.YAMLError, TypeError, KeyError, ValueError):  # incl. UnicodeDecodeError
-    return None
+    rounds = read_run_config(path).get("rounds")
+  except UserError as e:
+    return None, str(e)
+  if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
+    return None, f"{path}: no number of rounds (rounds: {rounds!r})"
+  return rounds, ""
 
 
 def _duration(seconds: float) -> str:

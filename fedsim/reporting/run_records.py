@@ -121,7 +121,12 @@ def _compresses(direction: str, name: Any) -> bool:
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _read_config(path: pathlib.Path) -> Mapping[str, Any]:
+def read_run_config(path: pathlib.Path) -> Mapping[str, Any]:
+  """A run's config.yaml as written (a mapping).
+
+  Raises:
+    UserError: naming the file when it cannot be read or is not a mapping.
+  """
   try:
     data = yaml.load(path.read_text(encoding="utf-8"), Loader=_SAFE_LOADER)  # noqa: S506 (safe)
   except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
@@ -166,6 +171,6 @@ def load_runs(experiment_dir: str | os.PathLike) -> list[Run]:
   for path in found:
     status, message = read_status(path)
     runs.append(Run(name=path.name, path=path, status=status or "unknown", message=message,
-                    config=_read_config(path / "config.yaml"),
+                    config=read_run_config(path / "config.yaml"),
                     metrics=read_metrics_csv(path / "metrics.csv")))
   return runs

@@ -320,8 +320,8 @@ def test_a_refresh_reads_each_runs_config_once(tmp_path, monkeypatch):
         f"round,eval/accuracy,broadcast_bits,aggregate_bits\n1,{accuracy},100,200\n")
     (run_dir / "status").write_text("completed\n")
   reads = []
-  real = run_records._read_config
-  monkeypatch.setattr(run_records, "_read_config", lambda path: reads.append(path) or real(path))
+  real = run_records.read_run_config
+  monkeypatch.setattr(run_records, "read_run_config", lambda path: reads.append(path) or real(path))
   assert board.refresh(tmp_path) == tmp_path / board.COMPARISON_RUN
   assert sorted(path.parent.name for path in reads) == ["a", "b"]
   assert [real(path)["label"] for path in sorted(reads)] == ["a", "b"]

@@ -78,3 +78,19 @@ def test_a_damaged_run_is_listed_as_unreadable_and_the_others_still_are(tmp_path
   assert lines[2].startswith(f"{broken_status}: unreadable, round 1 of 5, no checkpoint:"
                              f" {broken_status / 'status'}: unreadable status file (")
   assert len(lines) == 3
+
+
+@pytest.mark.parametrize("text, why", [
+    ("rounds: [5\n", "cannot read run config (ParserError)"),
+    ("- 5\n", "not a fedsim run config (expected a mapping)"),
+    ("name: exp\n", "no number of rounds (rounds: None)"),
+])
+def test_a_run_whose_config_is_damaged_says_why_and_is_not_offered_a_resume(
+    tmp_path, capsys, text, why):
+  run_dir = _run_dir(tmp_path, "a", "interrupted", 2, checkpoint=2, message="stopped by SIGTERM")
+  (run_dir / "config.yaml").write_text(text)
+  assert cli.main(["status", str(run_dir)]) == 1
+  assert capsys.readouterr().out.splitlines() == [
+      f"{run_dir}: interrupted, round 2, checkpoint at round 2: {run_dir / 'config.yaml'}:"
+      f" {why}; stopped by SIGTERM"]
+  assert not run_status(run_dir).resumable
