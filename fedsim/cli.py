@@ -237,7 +237,22 @@ def _accuracy(text: str) -> float:
 def _png_path(text: str) -> str:
   if not text.lower().endswith(".png") or not os.path.basename(text)[:-4]:
     raise argparse.ArgumentTypeError(f"'{text}' is not a .png file's path, e.g. labels.png")
+  if os.path.isdir(text):
+    raise argparse.ArgumentTypeError(f"'{text}' is a directory, not a .png file")
+  if (blocking := _file_in_the_way(os.path.dirname(text))) is not None:
+    raise argparse.ArgumentTypeError(f"'{text}': {blocking} is a file, not a directory")
   return text
+
+
+def _file_in_the_way(path: str) -> str | None:
+  """The file that stands where directory `path`, or one of the directories
+  above it, would be (None: each is a directory or can be made)."""
+  here = os.path.abspath(path or ".")
+  while not os.path.exists(here):
+    here = os.path.dirname(here)
+  if os.path.isdir(here):
+    return None
+  return os.path.relpath(here) if not os.path.isabs(path) else here
 
 
 def _overrides(args) -> list[str]:
@@ -256,13 +271,16 @@ def _overrides(args) -> list[str]:
 
 
 def _logdir(path: str) -> str:
-  """`--logdir path`, unless it is there and not a directory (runs go under it).
+  """`--logdir path`, unless a file stands where it or a directory above it
+  would be (runs go under it).
 
   Raises:
     UserError: naming the flag and the path.
   """
-  if os.path.exists(path) and not os.path.isdir(path):
-    raise UserError(f"--logdir {path}: not a directory")
+  blocking = _file_in_the_way(path)
+  if blocking is not None:
+    where = "" if os.path.abspath(blocking) == os.path.abspath(path) else f" ({blocking} is a file)"
+    raise UserError(f"--logdir {path}: not a directory{where}")
   return path
 
 

@@ -7,7 +7,7 @@ import os
 import pathlib
 from typing import Any, Sequence
 
-from fedsim.errors import UserError
+from fedsim.errors import host_error
 from fedsim.reporting import seed_groups
 from fedsim.reporting.run_records import ACCURACY, Run, load_runs
 from fedsim.reporting.units import format_bits, format_bits_ticks
@@ -33,7 +33,8 @@ def plot_accuracy_vs_bits(experiment_dir: str | os.PathLike,
     The path of the written PNG.
 
   Raises:
-    UserError: as `load_runs`, or if the PNG cannot be written.
+    UserError: as `load_runs`.
+    HostError: the PNG cannot be written.
   """
   return _plot(experiment_dir, output or pathlib.Path(experiment_dir) / PLOT_NAME, "bits")
 
@@ -69,8 +70,8 @@ def _plot(experiment_dir, output, x: str) -> pathlib.Path:
   figure = draw_accuracy(experiment_dir, x)
   try:
     figure.savefig(output, format="png")
-  except OSError as e:
-    raise UserError(f"cannot write plot {output}: {e.strerror or e}") from None
+  except OSError as e:  # the machine's (a read-only or full disk), as the tables' writes
+    raise host_error(e, output) from None
   return pathlib.Path(output)
 
 

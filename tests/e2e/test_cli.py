@@ -331,12 +331,29 @@ def test_a_file_where_a_directory_belongs_is_named_as_such(tmp_path, tiny_config
       (["run", str(tiny_config), "--logdir", "afile"], "--logdir afile: not a directory"),
       (["data", "describe", str(tiny_config), "--logdir", "afile"],
        "--logdir afile: not a directory"),
+      (["run", str(tiny_config), "--logdir", "afile/runs"],
+       "--logdir afile/runs: not a directory (afile is a file)"),
       (["validate", str(tiny_config), "--seeds", "1", "--set", "seeds=[2,3]"],
        "--seeds 1 and --set seeds=[2,3]: give the seeds once"),
   ]:
     assert cli.main(args) == 2, args
     assert capsys.readouterr().err == f"fedsim: error: {said}\n"
-  assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "tiny.yaml"]
+  for args, said in [
+      (["data", "describe", str(tiny_config), "--png", "afile/x.png"],
+       "argument --png: 'afile/x.png': afile is a file, not a directory"),
+      (["data", "describe", str(tiny_config), "--png", "afile/sub/x.png"],
+       "argument --png: 'afile/sub/x.png': afile is a file, not a directory"),
+  ]:
+    with pytest.raises(SystemExit) as exit_:
+      cli.main(args)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (f"fedsim data describe: error: {said}"
+                                       " (see fedsim data describe --help)\n")
+  (tmp_path / "plots.png").mkdir()
+  with pytest.raises(SystemExit):
+    cli.main(["data", "describe", str(tiny_config), "--png", "plots.png"])
+  assert "'plots.png' is a directory, not a .png file" in capsys.readouterr().err
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "plots.png", "tiny.yaml"]
 
 
 def test_a_run_whose_config_is_refused_at_its_build_is_failed_with_why(tmp_path, tiny_config,

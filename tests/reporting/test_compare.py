@@ -12,7 +12,7 @@ import pytest
 from fedsim import cli
 from fedsim.errors import UserError
 from fedsim.reporting import CsvSink, write_config, write_status
-from fedsim.reporting.compare import (PLOT_NAME, compare_runs, draw_accuracy,
+from fedsim.reporting.compare import (PLOT_NAME, ROUNDS_PLOT_NAME, compare_runs, draw_accuracy,
                                       format_comparison, load_runs, plot_accuracy_vs_bits)
 
 MLP = {"name": "mlp", "hidden": [4], "activation": "relu"}
@@ -192,6 +192,15 @@ def test_cli_prints_the_table_and_the_plot_path(experiment, capsys):
   assert out[0].startswith("variant   status")
   assert out[-1] == f"plot: {experiment / PLOT_NAME}"
   assert (experiment / PLOT_NAME).is_file()
+
+
+def test_a_plot_that_cannot_be_written_is_the_machines_error_as_a_table_is(experiment, capsys):
+  """Exit 1 and the path, as for the seed table's files (a read-only or full
+  disk is not bad input; it was exit 2 for the plot)."""
+  (experiment / ROUNDS_PLOT_NAME).mkdir()   # where the figure goes
+  assert cli.main(["compare", str(experiment)]) == 1
+  assert capsys.readouterr().err == (
+      f"fedsim: error: is a directory (writing {experiment / ROUNDS_PLOT_NAME})\n")
 
 
 def test_cli_bad_path_exits_2_with_one_line(tmp_path):
