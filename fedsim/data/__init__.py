@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from fedsim.registry import Registry
 
-DATASETS = Registry("dataset")
+# quick: built in well under a second from NumPy alone (no TensorFlow, no
+# files to read but a bundled one), so `fedsim validate` builds it and checks
+# what a run would refuse once its data is there (too many clients for its
+# examples, a round's sample larger than its clients).
+DATASETS = Registry("dataset", traits={"quick": False})
 
 # Imported for their registrations; they need DATASETS, hence after it.
 from fedsim.data import (cifar100, custom, digits, emnist,  # noqa: E402,F401

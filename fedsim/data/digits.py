@@ -78,7 +78,7 @@ def stratified_split(labels: np.ndarray, test_fraction: float,
   return np.flatnonzero(~in_test), np.flatnonzero(in_test)
 
 
-@DATASETS.register("digits", params=DigitsParams)
+@DATASETS.register("digits", params=DigitsParams, traits={"quick": True})
 def build(params: DigitsParams, seed: int, *, key: str = "data") -> FederatedData:
   """Real 8x8 handwritten digits (sklearn), partitioned over clients."""
   everything = load_all()

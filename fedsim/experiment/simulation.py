@@ -17,10 +17,10 @@ from fedsim.algorithms import ALGORITHMS, FederatedAlgorithm, Task
 from fedsim.control.engine import Controlled, RoundControl, Variant, find_controlled, fixed_chain
 from fedsim.experiment.config.loader import parse_config, plain
 from fedsim.experiment.config.schema import ExperimentConfig
-from fedsim.data import DATASETS
-from fedsim.data.federated import FederatedData, with_holdout
+from fedsim.data.federated import FederatedData
 from fedsim.data.sampling import ClientSampler
 from fedsim.errors import UserError
+from fedsim.experiment.population import check_sample, training_data
 from fedsim.experiment.round_clients import RoundClients
 from fedsim.experiment.server_eval import make_evaluator
 from fedsim.learning.buffered import BufferedAlgorithm
@@ -65,13 +65,8 @@ def build_simulation(config: ExperimentConfig) -> Simulation:
   Raises:
     UserError: bad combinations found only once data is loaded.
   """
-  data = _training_data(config)
-  sampled = config.clients_per_round + config.backup_clients
-  if sampled > len(data.client_ids):
-    key = "clients_per_round" if not config.backup_clients else "backup_clients"
-    raise UserError(f"{key}: {sampled} clients per round (clients_per_round +"
-                    f" backup_clients) is more than the {len(data.client_ids)} clients of"
-                    f" data '{config.data.name}'")
+  data = training_data(config)
+  check_sample(config, data)
   model = _task_model(config, data)
   controlled = _controlled(config)
   fixed = (controlled, controlled.spec.initial) if controlled is not None else None
@@ -131,14 +126,6 @@ def _client_evaluator(config, model, data, as_function):
                                as_function)
 
 
-def _training_data(config: ExperimentConfig) -> FederatedData:
-  """The configured dataset, less the examples `eval.federated` holds out."""
-  data = DATASETS.get(config.data.name).build(config.data.params, config.seed)
-  if config.eval.federated and data.client_test is None:
-    data = with_holdout(data, config.eval.holdout_fraction, config.seed)
-  return data
-
-
 def _task_model(config: ExperimentConfig, data: FederatedData) -> TaskModel:
   try:
     return build_task_model(config.model, data.input_shape, data.num_classes, config.seed,
@@ -178,7 +165,7 @@ def cluster_worker(plain_config: dict[str, Any], device: str, fixed: float | Non
   from fedsim.runtime import inprocess
   load_plugins(plain_config.get("plugins"), ".")
   config = parse_config(plain_config)
-  data = _training_data(config)
+  data = training_data(config)
   controlled = _controlled(config)
   at = None if controlled is None else (
       controlled, controlled.spec.initial if fixed is None else fixed)

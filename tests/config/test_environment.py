@@ -92,17 +92,49 @@ def test_errors_name_the_variant_only_when_it_matters(tmp_path):
     api.validate({**_emnist(bad), "variants": {"a": {}, "b": {"rounds": 2}}})
 
 
+@pytest.mark.parametrize("data, said", [
+    ({"name": "digits", "num_clients": 2000},
+     "data.num_clients: 2000 clients need at least 2000 examples, digits has 1437 for training"),
+    ({"name": "digits", "num_clients": 100, "min_examples_per_client": 20},
+     "data.min_examples_per_client: 100 clients x 20 examples need 2000, digits has 1437 for"
+     " training"),
+    ({"name": "synthetic", "num_clients": 3},
+     None),
+])
+def test_data_that_builds_quickly_is_built_and_what_it_cannot_meet_is_refused(data, said):
+  """As a run refuses it once its data is loaded (validate said ok)."""
+  config = {**BASE, "data": data}
+  if said is None:
+    assert api.validate(config) == ["env"]
+    return
+  with pytest.raises(UserError) as validated:
+    api.validate(config)
+  assert str(validated.value) == said
+  from fedsim.experiment.config.loader import load_config
+  from fedsim.experiment.population import training_data
+  with pytest.raises(UserError) as built:   # what the run's build says
+    training_data(load_config(config)[0])
+  assert str(built.value) == said
+  with pytest.raises(UserError) as in_a_variant:
+    api.validate({**BASE, "variants": {"small": {}, "big": {"data": data}}})
+  assert str(in_a_variant.value) == f"variants.big: {said}"
+
+
 def test_cli_prints_what_it_could_not_check_without_importing_tensorflow(tmp_path):
   (tmp_path / "emnist_all.sqlite").write_bytes(b"SQLite format 3\x00")
   (tmp_path / "c.yaml").write_text(
       f"name: env\nrounds: 1\nclients_per_round: 1\nmodel: cnn\n"
       f"data: {{name: emnist, cache_dir: '{tmp_path}'}}\n")
-  code = ("import sys\nfrom fedsim import cli\ncode = cli.main(['validate', 'c.yaml'])\n"
+  (tmp_path / "d.yaml").write_text("name: env\nrounds: 1\nclients_per_round: 1\nmodel: mlp\n"
+                                   "data: {name: digits, num_clients: 3}\n")
+  code = ("import sys\nfrom fedsim import cli\nassert cli.main(['validate', 'd.yaml']) == 0\n"
+          "code = cli.main(['validate', 'c.yaml'])\n"
           "assert not [m for m in sys.modules if m.split('.')[0] in"
           " ('tensorflow', 'tensorflow_federated', 'keras')], 'TF imported'\nsys.exit(code)\n")
   result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                           text=True, timeout=120)
   assert result.returncode == 0, result.stderr
   assert result.stdout.splitlines() == [
+      "d.yaml: ok (1 run: env)",
       "c.yaml: ok (1 run: env)",
       f"not checked: the contents of {tmp_path / 'emnist_all.sqlite'} (read when a run opens it)"]

@@ -2,10 +2,13 @@
 
 Checked without TensorFlow: the SQLite files of TFF's datasets exist, every
 `builder: "module:function"` (custom datasets, Keras models, aggregation
-factories) imports and has that attribute, and `runtime.device: gpu` has a
-GPU driver to use. What needs TensorFlow or a run (a file's contents, what a
-builder returns, whether TensorFlow can use the GPU) is reported as "not
-checked" instead.
+factories) imports and has that attribute, `runtime.device: gpu` has a GPU
+driver to use, and the datasets that build quickly from NumPy (the `quick`
+trait: digits, synthetic) are built as a run builds them, so that what their
+data cannot meet (more clients than examples, a round's sample larger than
+the clients) is refused here as in a run. What needs TensorFlow or a run (a
+file's contents, what a builder returns, whether TensorFlow can use the GPU)
+is reported as "not checked" instead.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ from typing import Any, Iterator, Sequence
 
 from fedsim.experiment.config.schema import ExperimentConfig
 from fedsim.config.typed import Component
-from fedsim.data import tff_files, tff_sqlite
+from fedsim.data import DATASETS, tff_files, tff_sqlite
 from fedsim.errors import UserError
+from fedsim.experiment.population import check_sample, training_data
 from fedsim.registry import resolve
 
 # Where the NVIDIA driver lists GPUs on Linux (one directory per device).
@@ -59,6 +63,8 @@ def check_environment(runs: Sequence[tuple[str | None, ExperimentConfig]]) -> li
 
 def _check(config: ExperimentConfig) -> Iterator[str]:
   yield from _data_files(config)
+  if DATASETS.get(config.data.name, "data.name").traits["quick"]:
+    check_sample(config, training_data(config))   # as a run builds it: UserError naming the key
   for key, params in components(config):
     builder = getattr(params, "builder", None)
     if isinstance(builder, str) and ":" in builder:
