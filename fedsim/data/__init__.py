@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from fedsim.registry import Registry
 
-# quick: built in well under a second from NumPy alone (no TensorFlow, no
-# files to read but a bundled one), so `fedsim validate` builds it and checks
-# what a run would refuse once its data is there (too many clients for its
-# examples, a round's sample larger than its clients).
+# quick: built in well under a second from NumPy alone, whatever its
+# parameters (no TensorFlow, no file but a bundled one), so `fedsim validate`
+# builds it and refuses what a run would refuse once its data is there: a
+# fixed pool of examples split over more clients than it can fill (digits).
+# Datasets that generate each client's examples cannot fail so and need not.
 DATASETS = Registry("dataset", traits={"quick": False})
 
 # Imported for their registrations; they need DATASETS, hence after it.

@@ -104,7 +104,7 @@ def _client_examples(params: EmnistSyntheticParams, seed: int, client: int) -> E
   return generate(_client_labels(params, rng), rng)
 
 
-@DATASETS.register("emnist_synthetic", params=EmnistSyntheticParams, traits={"quick": True})
+@DATASETS.register("emnist_synthetic", params=EmnistSyntheticParams)
 def build(params: EmnistSyntheticParams, seed: int, *, key: str = "data") -> FederatedData:
   """Synthetic EMNIST-shaped digits generated offline, optionally label-skewed.
 

@@ -82,7 +82,7 @@ def _train_part(params: SyntheticParams, seed: int, client: int) -> Examples:
   return examples.take(np.arange(len(examples) - _held(params, len(examples))))
 
 
-@DATASETS.register("synthetic", params=SyntheticParams, traits={"quick": True})
+@DATASETS.register("synthetic", params=SyntheticParams)
 def build(params: SyntheticParams, seed: int, *, key: str = "data") -> FederatedData:
   """LEAF / FedProx Synthetic(alpha, beta): per-client softmax models, power-law sizes.
 

@@ -4,9 +4,9 @@ Checked without TensorFlow: the SQLite files of TFF's datasets exist, every
 `builder: "module:function"` (custom datasets, Keras models, aggregation
 factories) imports and has that attribute, `runtime.device: gpu` has a GPU
 driver to use, and the datasets that build quickly from NumPy (the `quick`
-trait: digits, synthetic) are built as a run builds them, so that what their
-data cannot meet (more clients than examples, a round's sample larger than
-the clients) is refused here as in a run. What needs TensorFlow or a run (a
+trait: digits) are built as a run builds them, so that what their data
+cannot meet (more clients than examples, a round's sample larger than the
+clients) is refused here as in a run. What needs TensorFlow or a run (a
 file's contents, what a builder returns, whether TensorFlow can use the GPU)
 is reported as "not checked" instead.
 """
