@@ -114,10 +114,9 @@ def run_status(run_dir: str | os.PathLike, now: float | None = None) -> RunStatu
     status, message = "unreadable", ""
     damaged.append(str(e))
   try:
-    rows = read_metrics_csv(metrics) if metrics.is_file() else []
-  except UnicodeDecodeError as e:
-    rows = []
-    damaged.append(f"{metrics}: a byte that is not UTF-8 at offset {e.start}")
+    # A completed run wrote whole lines (a failed one may have been cut off by a full disk).
+    rows = (read_metrics_csv(metrics, complete=status == "completed") if metrics.is_file()
+            else [])
   except UserError as e:
     rows = []
     damaged.append(str(e))

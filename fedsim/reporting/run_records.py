@@ -172,5 +172,6 @@ def load_runs(experiment_dir: str | os.PathLike) -> list[Run]:
     status, message = read_status(path)
     runs.append(Run(name=path.name, path=path, status=status or "unknown", message=message,
                     config=read_run_config(path / "config.yaml"),
-                    metrics=read_metrics_csv(path / "metrics.csv")))
+                    metrics=read_metrics_csv(path / "metrics.csv",
+                                             complete=status == "completed")))
   return runs

@@ -72,8 +72,15 @@ def _read_table(path: pathlib.Path) -> tuple[list[str], list[list[str]], bool]:
 
   A line is complete only once its newline is written, so whatever follows
   the last newline is what a kill mid-write left behind.
+
+  Raises:
+    OSError: the file cannot be read.
+    UserError: naming the file, if it is not UTF-8 text.
   """
-  text = path.read_text(encoding="utf-8")
+  try:
+    text = path.read_text(encoding="utf-8")
+  except UnicodeDecodeError as e:  # e.g. saved again by a spreadsheet in another encoding
+    raise UserError(f"{path}: a byte that is not UTF-8 at offset {e.start}") from None
   complete = text[:text.rfind("\n") + 1]
   rows = list(csv.reader(io.StringIO(complete, newline="")))
   if not rows:
@@ -203,26 +210,36 @@ class CsvSink:
       self._file = None
 
 
-def read_metrics_csv(path: str | os.PathLike) -> list[dict[str, float]]:
+def read_metrics_csv(path: str | os.PathLike, complete: bool = False) -> list[dict[str, float]]:
   """Returns the rows of a metrics.csv, one dict per round.
 
   Empty cells are absent keys; integer cells (round, counts) are ints. A torn
-  last line (a run killed mid-write) is ignored.
+  last line (a run killed mid-write, or cut off by a full disk) is ignored,
+  unless `complete`: the run completed, so its last row was written whole and
+  a last line without its newline is damage.
 
   Raises:
-    UserError: naming the file, if it is missing, unreadable or malformed.
+    UserError: naming the file (and the line), if it is missing, unreadable
+      or malformed: not UTF-8, a line without its round (an empty line), or,
+      with `complete`, a last line cut off.
   """
   path = pathlib.Path(path)
   try:
-    header, rows, _ = _read_table(path)
+    header, rows, torn = _read_table(path)
   except OSError as e:
     raise UserError(f"cannot read metrics file {path}: {e.strerror or e}") from None
   if header[:1] != [ROUND]:
     raise UserError(f"{path}: not a fedsim metrics file (first column is not '{ROUND}')")
+  if torn and complete:
+    raise UserError(f"{path}: its last line is cut off (no newline ends it), though the run"
+                    " completed")
   out = []
   for line_num, row in enumerate(rows, start=2):
     if len(row) > len(header):
       raise UserError(f"{path}:{line_num}: {len(row)} cells but {len(header)} columns")
+    if not row or row[0] == "":
+      raise UserError(f"{path}:{line_num}: " + ("an empty line" if not any(row)
+                                                 else f"no '{ROUND}' in this row"))
     try:
       out.append({k: _parse_cell(v) for k, v in zip(header, row) if v != ""})
     except ValueError:

@@ -203,6 +203,25 @@ def test_a_plot_that_cannot_be_written_is_the_machines_error_as_a_table_is(exper
       f"fedsim: error: is a directory (writing {experiment / ROUNDS_PLOT_NAME})\n")
 
 
+@pytest.mark.parametrize("damage, why", [
+    (lambda text: text + "\n", ":4: an empty line"),
+    (lambda text: text.replace("\n", "\n\n", 1), ":2: an empty line"),
+    (lambda text: text.replace("round", "r\xf6und", 1).encode("latin-1"),
+     ": a byte that is not UTF-8 at offset 1"),
+    (lambda text: text[:-1], ": its last line is cut off (no newline ends it), though the run"
+                             " completed"),
+])
+def test_a_hand_damaged_metrics_file_is_named_not_counted(experiment, capsys, damage, why):
+  """An empty line counted as a round and a stray byte was a traceback; a completed
+  run's last row cut off read as one round fewer."""
+  metrics = experiment / "uniform8" / "metrics.csv"
+  damaged = damage(metrics.read_text())
+  (metrics.write_bytes if isinstance(damaged, bytes) else metrics.write_text)(damaged)
+  assert cli.main(["compare", str(experiment)]) == 2
+  captured = capsys.readouterr()
+  assert (captured.out, captured.err) == ("", f"fedsim: error: {metrics}{why}\n")
+
+
 def test_cli_bad_path_exits_2_with_one_line(tmp_path):
   missing = tmp_path / "runs" / "nope"
   result = subprocess.run([sys.executable, "-m", "fedsim.cli", "compare", str(missing)],

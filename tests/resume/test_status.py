@@ -94,3 +94,34 @@ def test_a_run_whose_config_is_damaged_says_why_and_is_not_offered_a_resume(
       f"{run_dir}: interrupted, round 2, checkpoint at round 2: {run_dir / 'config.yaml'}:"
       f" {why}; stopped by SIGTERM"]
   assert not run_status(run_dir).resumable
+
+
+@pytest.mark.parametrize("damage, why", [
+    (lambda text: text + "\n", "metrics.csv:5: an empty line"),            # `echo >> metrics.csv`
+    (lambda text: text.replace("1,0.5\n", "1,0.5\n\n"), "metrics.csv:3: an empty line"),
+    (lambda text: text.replace("train/loss", "train/l\xe9ss").encode("latin-1"),
+     "metrics.csv: a byte that is not UTF-8 at offset 13"),
+    (lambda text: text[:-1], "metrics.csv: its last line is cut off (no newline ends it),"
+                             " though the run completed"),
+])
+def test_a_hand_damaged_metrics_file_is_named_with_its_line_and_exits_1(
+    tmp_path, capsys, damage, why):
+  """It was a traceback (KeyError: 'round'), or a completed run silently one round short."""
+  run_dir = _run_dir(tmp_path, "a", "completed", 3, checkpoint=3, rounds=3)
+  metrics = run_dir / "metrics.csv"
+  damaged = damage(metrics.read_text())
+  (metrics.write_bytes if isinstance(damaged, bytes) else metrics.write_text)(damaged)
+  assert cli.main(["status", str(tmp_path)]) == 1
+  out = capsys.readouterr().out
+  assert out == f"{run_dir}: completed, round 3 of 3: {run_dir / why}\n", out
+
+
+def test_a_killed_runs_cut_off_last_line_is_what_the_kill_left_not_damage(tmp_path, capsys):
+  run_dir = _run_dir(tmp_path, "a", "failed", 3, checkpoint=2, rounds=5,
+                     message="no space left on device (writing metrics.csv)")
+  metrics = run_dir / "metrics.csv"
+  metrics.write_text(metrics.read_text()[:-1])   # a full disk cut the last row off
+  assert cli.main(["status", str(run_dir)]) == 0
+  assert capsys.readouterr().out == (
+      f"{run_dir}: failed, round 2 of 5, checkpoint at round 2: no space left on device"
+      " (writing metrics.csv)\n")
