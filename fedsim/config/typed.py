@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import math
+import numbers
 import types
 import typing
 from typing import Any, Literal, Mapping
@@ -26,6 +27,9 @@ from typing import Any, Literal, Mapping
 from fedsim.config.plain import in_use, to_plain, yaml_text
 from fedsim.errors import UserError
 from fedsim.registry import Registry, closest
+
+# The largest integer a config may hold: TensorFlow takes counts and sizes as int64.
+LARGEST_INT = 2**63 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,11 +247,14 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
   if tp is int:
     if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
       value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
+    # NumPy's integers too (a sweep's np.arange), as Python ints.
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
       raise UserError(f"{key}: expected an integer, got {_describe(value)}")
-    return value
+    if not -LARGEST_INT <= value <= LARGEST_INT:  # TensorFlow's int64s would overflow later
+      raise UserError(f"{key}: {value} does not fit in a 64-bit integer (at most 2**63 - 1)")
+    return int(value)
   if tp is float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
       raise UserError(f"{key}: expected a number, got {_describe(value)}")
     if not math.isfinite(value):
       raise UserError(f"{key}: expected a finite number, got {value}")

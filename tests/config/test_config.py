@@ -62,6 +62,31 @@ def test_bad_values_name_the_key(override, expected):
   assert expected in _error(override)
 
 
+@pytest.mark.parametrize("override, key", [
+    (["data.batch_size=99999999999999999999"], "data.batch_size"),
+    (["rounds=9223372036854775808"], "rounds"),
+    (["eval.every=-9223372036854775809"], "eval.every"),
+])
+def test_an_integer_beyond_int64_is_refused_before_tensorflow_overflows(override, key):
+  """validate said ok; the run then ended in TensorFlow's overflow traceback."""
+  value = override[0].split("=", 1)[1]
+  assert _error(override) == f"{key}: {value} does not fit in a 64-bit integer (at most 2**63 - 1)"
+  assert load_config(BASE, ["rounds=9223372036854775807"])[0].rounds == 2**63 - 1
+
+
+def test_numpy_numbers_are_numbers():
+  """A sweep built with NumPy (np.arange, np.logspace) was refused as 'expected an
+  integer, got 2'."""
+  import numpy as np
+  raw = {**BASE, "rounds": np.int64(3), "algorithm": {
+      "name": "fedavg", "client_optimizer": {"name": "sgd", "learning_rate": np.float32(0.5)}}}
+  config, _ = load_config(raw)
+  assert config.rounds == 3 and type(config.rounds) is int
+  rate = config.algorithm.params.client_optimizer.params.learning_rate
+  assert rate == 0.5 and type(rate) is float
+  assert "rounds: expected an integer, got True" in _error([], {**BASE, "rounds": np.bool_(True)})
+
+
 def test_missing_required_key():
   raw = {k: v for k, v in BASE.items() if k != "rounds"}
   assert _error([], raw) == "rounds: missing required key"
@@ -146,3 +171,17 @@ def test_a_run_directory_written_with_the_old_flat_runtime_section_still_parses(
   assert parse_config({**base, "runtime": {**old, "name": "inprocess"}}).runtime.params.device == "auto"
   with pytest.raises(UserError, match="^runtime.workers: unknown key"):
     parse_config({**base, "runtime": {**old, "workers": 4}})
+
+
+@pytest.mark.parametrize("overrides, given", [
+    ("rounds=3", "str 'rounds=3'"),            # was read one character at a time: '--set r'
+    ({"rounds": 3}, "dict {'rounds': 3}"),     # was read by its keys alone
+    ([3], "list [3]"),
+])
+def test_overrides_that_are_not_a_list_of_strings_are_named_as_such(overrides, given):
+  from fedsim import api
+  with pytest.raises(UserError) as error:
+    api.validate(BASE, overrides)
+  assert str(error.value) == ("overrides: expected a list of 'dotted.key=value' strings, e.g."
+                              f" ['rounds=3'], got {given}")
+  assert api.validate(BASE, ("rounds=3",)) == ["t"]

@@ -96,10 +96,24 @@ def parse_set(item: str, current: Mapping[str, Any] | None = None,
   return value
 
 
+def check_overrides(overrides: Any) -> Sequence[str]:
+  """`overrides` if it is a list (or tuple) of strings, as `--set` gives them.
+
+  Raises:
+    UserError: naming what was given instead (a string would be read one
+      character at a time, a mapping by its keys alone).
+  """
+  if (isinstance(overrides, (str, bytes, Mapping)) or not isinstance(overrides, Sequence)
+      or not all(isinstance(item, str) for item in overrides)):
+    raise UserError("overrides: expected a list of 'dotted.key=value' strings, e.g."
+                    f" ['rounds=3'], got {type(overrides).__name__} {overrides!r:.40}")
+  return overrides
+
+
 def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
   """`raw` with each `dotted.key=value` of `overrides` laid over it, in order."""
   result = copy.deepcopy(dict(raw))
-  for item in overrides:
+  for item in check_overrides(overrides):
     result = deep_merge(result, parse_set(item, result))
   return result
 

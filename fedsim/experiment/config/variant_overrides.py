@@ -16,7 +16,7 @@ import yaml
 
 from fedsim.errors import UserError
 from fedsim.experiment.config.loader import load_config, read_yaml
-from fedsim.experiment.config.merge import deep_merge, parse_set
+from fedsim.experiment.config.merge import check_overrides, deep_merge, parse_set
 
 ConfigSource = str | os.PathLike | Mapping[str, Any]
 
@@ -68,6 +68,7 @@ def load_for_variant(config: ConfigSource, overrides: Sequence[str],
       into a list, which `--set` replaces whole, the message adds the
       `--set` that writes the list with the value changed.
   """
+  check_overrides(overrides)
   try:
     return load_config(config, variant_overrides(config, overrides, variant))[1]
   except UserError as e:
