@@ -53,3 +53,25 @@ def test_data_describe_shows_the_first_seeds_data(tmp_path, capsys):
                   "data: {name: synthetic, num_clients: 4}\nmodel: {name: logistic}\n")
   assert cli.main(["data", "describe", str(path), "--png", str(tmp_path / "d.png")]) == 0
   assert capsys.readouterr().out.startswith("dataset: synthetic (seed 3)")
+
+
+@pytest.mark.parametrize("config, overrides, message", [
+    # A variant's own seeds replaced the config's (and --seeds) for it alone.
+    (dict(BASE, variants={"a": {}, "b": {"seeds": [5]}}), ["seeds=[0, 1]"],
+     "variants.b: a variant may not set 'seeds' (every variant runs once per seed of the"
+     " config's seeds)"),
+    # A variant's seed was dropped without a word for each of the seeds.
+    (dict(BASE, seeds=[0, 1], variants={"a": {}, "b": {"seed": 3}}), [],
+     "variants.b: a variant may not set 'seed' when the config runs seeds [0, 1] (each"
+     " replaces it)"),
+    (dict(BASE, variants={"a": {}, "b": {"seed": 3}}), ["seeds=[0, 1]"],   # --seeds 0,1
+     "variants.b: a variant may not set 'seed' when the config runs seeds [0, 1] (each"
+     " replaces it)"),
+])
+def test_a_variants_seed_that_the_seeds_would_silently_replace_is_refused(
+    config, overrides, message):
+  with pytest.raises(UserError) as error:
+    load_config(config, overrides)
+  assert str(error.value) == message
+  _, raw = load_config(dict(BASE, variants={"a": {}, "b": {"seed": 3}}))   # without seeds: its own
+  assert [(n, c.seed) for n, c in expand_variants(raw)] == [("a", 9), ("b", 3)]

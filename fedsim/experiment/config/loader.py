@@ -74,11 +74,16 @@ def _validated(raw: Mapping[str, Any],
   config, dropped = parse_layered(ExperimentConfig, raw, set_paths)
   raw = without(raw, dropped)
   for name, override in config.variants.items():
-    for key in ("name", "variants", "plugins"):
+    for key in ("name", "variants", "plugins", "seeds"):
       if key in override:
         raise UserError(f"variants.{name}: a variant may not set '{key}'"
                         + (" (plugins are loaded once, for the whole config)"
-                           if key == "plugins" else ""))
+                           if key == "plugins" else
+                           " (every variant runs once per seed of the config's seeds)"
+                           if key == "seeds" else ""))
+    if config.seeds and "seed" in override:  # each of the seeds would replace it, silently
+      raise UserError(f"variants.{name}: a variant may not set 'seed' when the config runs"
+                      f" seeds {list(config.seeds)} (each replaces it)")
     try:
       _variant(raw, override)
     except UserError as e:
