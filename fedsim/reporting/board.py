@@ -36,9 +36,8 @@ from fedsim.reporting import hparams
 from fedsim.reporting.board_tags import board_tag
 from fedsim.reporting.compare_plot import draw_accuracy
 from fedsim.reporting.run_records import load_runs
-from fedsim.reporting.rundir import write_text_atomic
+from fedsim.reporting.rundir import COMPARISON_RUN, write_text_atomic
 
-COMPARISON_RUN = "comparison"
 BOARD_SUFFIX = ".fedsim-board"
 FIGURE_TAG = "comparison/accuracy_vs_bits"
 # In the comparison run: the eval accuracy `fedsim compare --target` last gave.

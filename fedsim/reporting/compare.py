@@ -20,11 +20,12 @@ from typing import Any, Mapping, Sequence
 
 from fedsim.reporting import seed_groups
 # The table and the figures, named here too for callers of fedsim.reporting.compare.
-from fedsim.reporting.compare_plot import (PLOT_NAME, ROUNDS_PLOT_NAME, draw_accuracy,
-                                           plot_accuracy_vs_bits, plot_accuracy_vs_rounds)
+from fedsim.reporting.compare_plot import (draw_accuracy, plot_accuracy_vs_bits,
+                                           plot_accuracy_vs_rounds)
 from fedsim.reporting.compare_table import (EPSILON, WIDTH, format_comparison,
                                             format_seed_comparison, format_seed_markdown)
 from fedsim.reporting.run_records import ACCURACY, Run, load_runs
+from fedsim.reporting.rundir import PLOT_NAME, RESULT_NAME, ROUNDS_PLOT_NAME
 
 __all__ = ["PLOT_NAME", "ROUNDS_PLOT_NAME", "Run", "WIDTH", "compare_runs", "compare_seeds",
            "draw_accuracy", "format_comparison", "format_seed_comparison", "load_runs",
@@ -144,7 +145,6 @@ def _csv_cell(value: Any) -> str:
   return repr(value) if isinstance(value, float) else str(value)
 
 
-RESULT_NAME = "study_result"  # .md and .csv in the experiment directory
 
 
 def write_seed_table(experiment_dir: str | os.PathLike,

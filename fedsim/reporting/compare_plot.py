@@ -10,10 +10,9 @@ from typing import Any, Sequence
 from fedsim.errors import host_error
 from fedsim.reporting import seed_groups
 from fedsim.reporting.run_records import ACCURACY, Run, load_runs
+from fedsim.reporting.rundir import PLOT_NAME, ROUNDS_PLOT_NAME
 from fedsim.reporting.units import format_bits, format_bits_ticks
 
-PLOT_NAME = "accuracy_vs_bits.png"
-ROUNDS_PLOT_NAME = "accuracy_vs_rounds.png"
 
 
 def plot_accuracy_vs_bits(experiment_dir: str | os.PathLike,

@@ -20,6 +20,17 @@ from fedsim.errors import UserError
 from fedsim.reporting.ownership import parse_writer, this_process
 
 STATUSES = ("running", "completed", "failed", "interrupted")
+
+# What fedsim writes into an experiment directory `<logdir>/<name>/` beside its
+# runs: the study's plan, and `fedsim compare`'s TensorBoard run, figures and
+# table over seeds. No run (no variant) may take one of these names.
+STUDY_FILE = "study.yaml"
+COMPARISON_RUN = "comparison"
+PLOT_NAME = "accuracy_vs_bits.png"
+ROUNDS_PLOT_NAME = "accuracy_vs_rounds.png"
+RESULT_NAME = "study_result"  # .md and .csv
+EXPERIMENT_ENTRIES = frozenset({STUDY_FILE, COMPARISON_RUN, PLOT_NAME, ROUNDS_PLOT_NAME,
+                                f"{RESULT_NAME}.md", f"{RESULT_NAME}.csv"})
 # What `read_status` also says: a 'running' run whose process is gone.
 KILLED = "killed"
 # A full disk (or quota) refuses a new file; an existing file's blocks can

@@ -23,10 +23,10 @@ import yaml
 
 from fedsim.errors import UserError
 from fedsim.experiment.resume import belongs
-from fedsim.reporting.rundir import create_run_dir, read_status, write_config, write_text_atomic
+from fedsim.reporting.rundir import (STUDY_FILE, create_run_dir, read_status, write_config,
+                                     write_text_atomic)
 from fedsim.state.checkpoint import latest_checkpoint
 
-STUDY_FILE = "study.yaml"
 _HEADER = ("# The runs of this experiment, one directory each (written by `fedsim run`);\n"
            "# `fedsim run --resume <this directory>` continues them, `fedsim status` lists them.\n")
 

@@ -185,3 +185,15 @@ def test_overrides_that_are_not_a_list_of_strings_are_named_as_such(overrides, g
   assert str(error.value) == ("overrides: expected a list of 'dotted.key=value' strings, e.g."
                               f" ['rounds=3'], got {given}")
   assert api.validate(BASE, ("rounds=3",)) == ["t"]
+
+
+@pytest.mark.parametrize("name, message", [
+    ("comparison", "variants.comparison: 'comparison' is taken by what fedsim writes beside the"
+                   " runs"),   # compare's TensorBoard run wrote its events into that run
+    ("study.yaml", "variants.study.yaml: 'study.yaml' is taken by what fedsim writes beside"
+                   " the runs"),   # the plan's write failed as the machine's error
+    ("-x", "variants.-x: a variant's name starts with a letter or digit and holds only"
+           " letters, digits, '_', '-' and '.'"),
+])
+def test_a_variant_may_not_take_a_name_fedsim_writes_in_the_experiment_directory(name, message):
+  assert _error([], {**BASE, "variants": {"a": {}, name: {}}}).startswith(message)

@@ -15,6 +15,7 @@ from fedsim.errors import UserError
 from fedsim.seeds import MAX_SEED
 from fedsim.system.clock import SystemConfig
 from fedsim.models import MODELS
+from fedsim.reporting.rundir import EXPERIMENT_ENTRIES
 from fedsim.runtime.runtime_registry import RUNTIMES
 
 
@@ -102,8 +103,12 @@ class ExperimentConfig:
       raise UserError(f"seeds: {self.seeds} repeats a seed")
     for variant in self.variants:
       if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", variant):
-        raise UserError(f"variants.{variant}: variant names must be letters, digits,"
-                        " '_', '-' or '.'")
+        raise UserError(f"variants.{variant}: a variant's name starts with a letter or digit"
+                        " and holds only letters, digits, '_', '-' and '.'")
+      if variant in EXPERIMENT_ENTRIES:  # its run directory would be fedsim's own file
+        raise UserError(f"variants.{variant}: '{variant}' is taken by what fedsim writes"
+                        " beside the runs (the study's plan, `fedsim compare`'s outputs:"
+                        f" {', '.join(sorted(EXPERIMENT_ENTRIES))}); rename the variant")
 
   def _check_sampling(self) -> None:
     if self.sampling != "poisson":
