@@ -22,7 +22,7 @@ import numpy as np
 
 from fedsim.config.typed import bounded
 from fedsim.data import DATASETS
-from fedsim.data.federated import ClientBatching, Examples, FederatedData
+from fedsim.data.federated import MIN_DIRICHLET_ALPHA, ClientBatching, Examples, FederatedData
 from fedsim.data.lazy_clients import generated_clients
 from fedsim.seeds import EMNIST_CLIENT_SUBSTREAM, EMNIST_TEST_SUBSTREAM, GENERATE_STREAM
 
@@ -42,7 +42,7 @@ class EmnistSyntheticParams(ClientBatching):
   test_examples: int = bounded(1000, min=1)
   batch_size: int = bounded(20, min=1)
   # Dirichlet concentration of each client's label distribution; None: uniform labels.
-  alpha: float | None = bounded(None, gt=0)
+  alpha: float | None = bounded(None, min=MIN_DIRICHLET_ALPHA)
 
 
 def _strokes(rng: np.random.Generator, count: int) -> np.ndarray:

@@ -18,6 +18,8 @@ from fedsim.config.typed import bounded, choice
 from fedsim.data.partition import PARTITIONERS
 from fedsim.seeds import CAP_STREAM, DESCRIBE_STREAM, HOLDOUT_STREAM
 
+MIN_DIRICHLET_ALPHA = 1e-6
+
 DESCRIBE_CLIENTS = 1000  # lazy clients `describe` reads at most (without cheap labels)
 
 _QUANTILES = {"min": 0.0, "p10": 0.1, "median": 0.5, "p90": 0.9, "max": 1.0}
@@ -196,8 +198,10 @@ class Partitioning:
 
   num_clients: int = bounded(40, min=1)
   partition: str = choice(PARTITIONERS, "iid")  # iid | dirichlet | shards | a plugin's
-  # Dirichlet concentration over clients, per label.
-  alpha: float = bounded(0.5, gt=0, used_with=("partition", "dirichlet"))
+  # Dirichlet concentration over clients, per label. At 1e-6 each label already
+  # goes to one client; below ~1e-8 NumPy's Dirichlet sampler stalls (0.3 s a
+  # draw at 1e-9, no end at 1e-30), hence the floor.
+  alpha: float = bounded(0.5, min=MIN_DIRICHLET_ALPHA, used_with=("partition", "dirichlet"))
   # Label-sorted shards per client (McMahan et al. 2017).
   shards_per_client: int = bounded(2, min=1, used_with=("partition", "shards"))
   min_examples_per_client: int = bounded(1, min=1)

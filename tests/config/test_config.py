@@ -44,7 +44,7 @@ def test_valid_config_parses_with_defaults():
      "algorithm.client_optimizer.learning_rate: must be > 0, got -0.1"),
     (["model.name=mpl"], "model.name: unknown model 'mpl' (did you mean 'mlp'?)"),
     (["algorithm.name=fedavgg"], "algorithm.name: unknown algorithm 'fedavgg' (did you mean 'fedavg'?)"),
-    (["data.partition=dirichlet", "data.alpha=0"], "data.alpha: must be > 0, got 0"),
+    (["data.partition=dirichlet", "data.alpha=0"], "data.alpha: must be >= 1e-06, got 0"),
     (["data.partition=iidd"], "data.partition: unknown partition 'iidd' (did you mean 'iid'?)"),
     (["roundz=3"], "roundz: unknown key (did you mean 'rounds'?)"),
     (["model.hidden=[8, x]"], "model.hidden[1]: expected an integer, got 'x'"),
@@ -197,3 +197,13 @@ def test_overrides_that_are_not_a_list_of_strings_are_named_as_such(overrides, g
 ])
 def test_a_variant_may_not_take_a_name_fedsim_writes_in_the_experiment_directory(name, message):
   assert _error([], {**BASE, "variants": {"a": {}, name: {}}}).startswith(message)
+
+
+@pytest.mark.parametrize("data", [
+    {"name": "digits", "num_clients": 4, "partition": "dirichlet", "alpha": 1e-300},
+    {"name": "emnist_synthetic", "alpha": 1e-9},
+])
+def test_a_dirichlet_alpha_too_small_for_numpys_sampler_is_refused(data):
+  """NumPy's Dirichlet sampler stalls below ~1e-8: validate (which builds digits) and
+  the run hung."""
+  assert _error([], {**BASE, "data": data}) == f"data.alpha: must be >= 1e-06, got {data['alpha']}"

@@ -65,5 +65,5 @@ def test_config_section_parses_and_alpha_is_optional():
   params = parse(EmnistSyntheticParams, {"num_clients": 3, "alpha": 0.5}, "data")
   assert (params.num_clients, params.alpha, params.batch_size) == (3, 0.5, 20)
   assert parse(EmnistSyntheticParams, {"alpha": None}, "data").alpha is None
-  with pytest.raises(UserError, match=r"^data.alpha: must be > 0, got 0.0$"):
+  with pytest.raises(UserError, match=r"^data.alpha: must be >= 1e-06, got 0.0$"):
     parse(EmnistSyntheticParams, {"alpha": 0}, "data")
