@@ -234,6 +234,9 @@ def _three_argument(on_round: Callable[..., None] | None) -> Callable[..., None]
   callbacks, (round, metrics), get the first two."""
   if on_round is None:
     return None
+  if not callable(on_round):  # else the first round trained, then the run failed on it
+    raise UserError(f"on_round: expected a function of (round, metrics[, info]), got"
+                    f" {type(on_round).__name__} {on_round!r:.40}")
   try:
     inspect.signature(on_round).bind(0, {}, None)
   except TypeError:

@@ -188,3 +188,20 @@ def test_data_and_model_objects(tff_runtime, tmp_path, form):
   assert resolved["data"]["builder"].startswith("fedsim.api:passed.data_")
   assert resolved["model"]["name"] == "keras"
   assert set(row) >= {"eval/accuracy"}
+
+
+@pytest.mark.parametrize("config", [5, None, [BASE]])
+def test_a_config_that_is_neither_a_path_nor_a_mapping_is_named(config):
+  """5 was read as file descriptor 5; None and a list ended in os's TypeError."""
+  with pytest.raises(fedsim.UserError) as error:
+    fedsim.validate(config)
+  assert str(error.value).startswith("config: expected a YAML file's path or a mapping of"
+                                     f" config keys, got {type(config).__name__} ")
+
+
+def test_an_on_round_that_is_not_callable_is_refused_before_anything_runs(tmp_path):
+  """It trained the first round, then failed the run on calling it."""
+  with pytest.raises(fedsim.UserError, match=r"^on_round: expected a function of \(round,"
+                                             r" metrics\[, info\]\), got int 5$"):
+    fedsim.run(BASE, logdir=tmp_path / "runs", on_round=5)
+  assert not (tmp_path / "runs").exists()

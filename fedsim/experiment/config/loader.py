@@ -33,6 +33,9 @@ MAX_CONFIG_BYTES = 1 << 20
 
 def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
   """The mapping in YAML file `path`; UserError naming the file otherwise."""
+  if not isinstance(path, (str, os.PathLike)):  # open() takes an int as a file descriptor
+    raise UserError(f"config: expected a YAML file's path or a mapping of config keys, got"
+                    f" {type(path).__name__} {path!r:.40}")
   try:
     with open(path, encoding="utf-8") as f:
       size = os.fstat(f.fileno()).st_size
