@@ -105,8 +105,9 @@ def _parser() -> argparse.ArgumentParser:
                                        " algorithms, encoders, ...) with their typed"
                                        " parameters and defaults, and the summary line of"
                                        " each entry's docstring.")
-  listing.add_argument("registry", nargs="?", metavar="REGISTRY",
-                       help="only this registry, e.g. encoder or model")
+  listing.add_argument("registry", nargs="*", metavar="REGISTRY",
+                       help="only this registry, e.g. encoder or model (words of one name,"
+                            " as 'aggregation stage', may come unquoted)")
   add_plugin_arg(listing)
 
   compare = sub.add_parser("compare", help="compare the runs of an experiment",
@@ -454,7 +455,7 @@ def _validate(args) -> int:
 
 def _list(args) -> int:
   from fedsim.catalog import format_catalog
-  print(format_catalog(args.registry))
+  print(format_catalog(" ".join(args.registry) or None))
   return 0
 
 

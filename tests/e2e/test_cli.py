@@ -217,6 +217,8 @@ def test_list_names_every_registry_by_one_word(capsys):
   assert all(line.startswith(("aggregation ", "    ")) for line in lines)
   assert cli.main(["list", "aggregation stage"]) == 0  # the name it had before
   assert capsys.readouterr().out.splitlines() == lines
+  assert cli.main(["list", "aggregation", "stage"]) == 0  # unquoted, as the docs print it
+  assert capsys.readouterr().out.splitlines() == lines
 
 
 def test_list_unknown_registry(capsys):
