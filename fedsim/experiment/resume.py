@@ -150,9 +150,11 @@ def check_resumable(run_dir: pathlib.Path, resolved: Mapping[str, Any],
     raise
 
 
-def _checkpoint_to_resume(run_dir: pathlib.Path, resolved: Mapping[str, Any]) -> Checkpoint | None:
+def check_same_config(run_dir: pathlib.Path, resolved: Mapping[str, Any]) -> None:
+  """Raises UserError, listing the dotted keys, unless `resolved` differs from
+  the config.yaml of `run_dir` at most in `rounds` / `checkpoint.*`: what a
+  resume (or a complete run left alone) may change."""
   config_path = run_dir / "config.yaml"
-  _check_text_logs(run_dir)
   try:
     old = yaml.safe_load(config_path.read_text(encoding="utf-8"))
   except (OSError, yaml.YAMLError):
@@ -166,6 +168,11 @@ def _checkpoint_to_resume(run_dir: pathlib.Path, resolved: Mapping[str, Any]) ->
     raise UserError(f"{run_dir}: the config differs from the checkpointed run in"
                     f" {', '.join(differing)} (only rounds and checkpoint.* may change); leave out"
                     " --resume to start a new run")
+
+
+def _checkpoint_to_resume(run_dir: pathlib.Path, resolved: Mapping[str, Any]) -> Checkpoint | None:
+  _check_text_logs(run_dir)
+  check_same_config(run_dir, resolved)
   checkpoint = _intact_checkpoint(run_dir)
   completed = read_status(run_dir)[0] == "completed"
   if checkpoint is None:

@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 from fedsim.errors import UserError
 from fedsim.experiment.config.loader import expand_variants, load_config, plain
 from fedsim.experiment.config.variant_overrides import load_for_variant
-from fedsim.experiment.resume import check_resumable
+from fedsim.experiment.resume import check_resumable, check_same_config
 from fedsim.reporting.ownership import lock_run_dir, wait_released
 from fedsim.reporting.rundir import read_status, write_config
 from fedsim.study.executors import ExecutorChoice, Outcome, StudyContext, executor_for
@@ -164,6 +164,7 @@ def _prepare(run: PlannedRun, resolved: Mapping[str, Any]) -> str:
   with lock:
     status, _ = read_status(run.run_dir)
     if status == "completed" and _rounds_logged(run.run_dir) >= resolved["rounds"]:
+      check_same_config(run.run_dir, resolved)   # a --set it would ignore is refused
       return "complete"
     check_resumable(run.run_dir, resolved, lock)
     write_config(run.run_dir, resolved)  # differs at most in rounds / checkpoint.*

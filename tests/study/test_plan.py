@@ -129,6 +129,25 @@ def test_a_study_that_cannot_resume_is_refused_before_anything_runs(tmp_path, re
     runner.run_study(dict(CONFIG, name="other"), logdir=tmp_path, resume=True)
 
 
+def test_a_complete_study_resumed_with_a_changed_key_is_refused_not_left_alone(
+    tmp_path, recorder):
+  """It exited 0 and did nothing: the --set was ignored without a word."""
+  runner.run_study(CONFIG, logdir=tmp_path)
+  study_dir = tmp_path / "st"
+  for label, rounds in zip(LABELS, (3, 3, 2, 2)):
+    _finish(study_dir / label, rounds)
+  recorder.played.clear()
+  runner.resume_study(study_dir)   # the same config: each left alone
+  assert recorder.played == []
+  with pytest.raises(UserError, match=r"a-seed0: the config differs from the checkpointed run"
+                                      r" in model.activation, model.hidden, model.name "):
+    runner.resume_study(study_dir, ["model=mlp"])
+  with pytest.raises(UserError, match=r"a-seed0: the config differs from the checkpointed run"
+                                      r" in clients_per_round "):
+    runner.run_study(dict(CONFIG, clients_per_round=3), logdir=tmp_path, resume=True)
+  assert recorder.played == []
+
+
 def test_status_is_one_table_and_offers_a_resume_only_when_one_can_succeed(
     tmp_path, recorder, capsys):
   runner.run_study(CONFIG, logdir=tmp_path)
