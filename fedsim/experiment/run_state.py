@@ -34,6 +34,9 @@ class RunResult:
   size_info: SizeInfo
   final_weights: list[np.ndarray]   # trainable weights of the evaluated model
   uncompressed_bits_per_client: tuple[int, int]  # (broadcast, aggregate)
+  # The chain whose encoder parameter a controller sets ('aggregation' or
+  # 'broadcast'): its size per client changes between rounds (or clients).
+  controlled_direction: str | None = None
 
   @property
   def final(self) -> dict[str, float]:
@@ -99,7 +102,9 @@ class Run:
     return RunResult(run_dir=self.run_dir, metrics=self.history, size_info=self.sizes,
                      final_weights=self.trained_weights(),
                      uncompressed_bits_per_client=(self.sim.uncompressed_wire.broadcast,
-                                                   self.sim.uncompressed_wire.aggregate))
+                                                   self.sim.uncompressed_wire.aggregate),
+                     controlled_direction=(self.sim.control.controlled.direction
+                                           if self.sim.control is not None else None))
 
 
 def begin(run: Run) -> None:

@@ -21,9 +21,11 @@ def run_summary(result, variant: str | None = None) -> str:
   wire = sizes.per_client
   label = f"[{variant}] " if variant else ""
   acc = final.get(EVAL_ACCURACY)
-  down = vs_uncompressed(ref_b, wire.broadcast, varying(result.metrics, "distributor"),
-                         counter_bits=wire.broadcast_other)
-  up = (controlled_upload(ref_a, result.metrics) if _controlled(result.metrics)
+  down = (controlled_broadcast(ref_b, result.metrics)
+          if result.controlled_direction == "broadcast"
+          else vs_uncompressed(ref_b, wire.broadcast, varying(result.metrics, "distributor"),
+                               counter_bits=wire.broadcast_other))
+  up = (controlled_upload(ref_a, result.metrics) if result.controlled_direction == "aggregation"
         else vs_uncompressed(ref_a, wire.aggregate, varying(result.metrics, "aggregation")))
   lines = [
       f"{label}run dir: {result.run_dir}",
@@ -50,7 +52,7 @@ def per_round(result) -> str:
   size, exact unless the size varies with the values."""
   sizes, wire = result.size_info, result.size_info.per_client
   up_total, up_model = wire.aggregate, wire.aggregate_model
-  if _controlled(result.metrics):  # each client's own: the run's aggregated uploads
+  if result.controlled_direction == "aggregation":  # each client's own: the aggregated uploads
     up_total = _over_uploads(result.metrics, "aggregate_bits_per_client")
     up_model = _over_uploads(result.metrics, "aggregate_model_bits_per_client")
   parts = []
@@ -63,10 +65,6 @@ def per_round(result) -> str:
     parts.append(f"{direction} {format_bits(mean)} ({share})")
   rounds = len(sizes.broadcast_history)
   return f"per round: {', '.join(parts)}; mean of {rounds} round{'s' if rounds != 1 else ''}"
-
-
-def _controlled(rows) -> bool:
-  return any(key.startswith("control/") for row in rows[:1] for key in row)
 
 
 def _over_uploads(rows, key: str) -> float:
@@ -88,6 +86,19 @@ def controlled_upload(reference_bits: int, rows) -> str:
   if not clients or not bits:
     return setter
   return f"{setter}: {vs_uncompressed(reference_bits, round(bits / clients))} on average"
+
+
+def controlled_broadcast(reference_bits: int, rows) -> str:
+  """A controller sets the broadcast's size, the same for every client of a
+  round: the ratio of the mean over every client the run broadcast to."""
+  sent = [(row["broadcast_bits"], row["broadcast_bits_per_client"]) for row in rows
+          if row.get("broadcast_bits_per_client")]
+  clients = sum(total / per_client for total, per_client in sent)
+  setter = "set each round by a controller"
+  if not clients:
+    return setter
+  mean = round(sum(total for total, _ in sent) / clients)
+  return f"{setter}: {vs_uncompressed(reference_bits, mean)} on average"
 
 
 def vs_uncompressed(reference_bits: int, bits: int, measured: bool = False,

@@ -43,7 +43,8 @@ def test_a_controlled_runs_model_share_per_round_is_its_clients_own():
   sizes = SizeInfo(per_client=ClientWireBits(broadcast=64, broadcast_model=64,
                                              aggregate=1100, aggregate_model=1000))
   sizes.broadcast_history, sizes.aggregate_history = [128, 128], [10_200, 10_200]
-  result = types.SimpleNamespace(size_info=sizes, metrics=rows)
+  result = types.SimpleNamespace(size_info=sizes, metrics=rows,
+                                 controlled_direction="aggregation")
   assert per_round(result).endswith("aggregate 9.96 Kibit (model 9.77 Kibit); mean of 2 rounds")
 
 
@@ -58,8 +59,32 @@ def test_a_private_runs_summary_says_the_epsilon_it_spent():
           {"round": 2, "privacy/epsilon": 0.71234, "privacy/delta": 1e-5}]
   result = types.SimpleNamespace(final={**rows[0], **rows[1]}, size_info=sizes, metrics=rows,
                                  uncompressed_bits_per_client=(64, 64),
-                                 run_dir=pathlib.Path("runs/x/dp"))
+                                 run_dir=pathlib.Path("runs/x/dp"), controlled_direction=None)
   assert run_summary(result, "dp").splitlines()[-1] == (
       "[dp] privacy: epsilon 0.7123 at delta 1e-05 after 2 rounds")
   result.final = {"round": 2}
   assert "privacy" not in run_summary(result)
+
+
+def test_a_controller_on_the_broadcast_is_said_of_the_broadcast_not_the_upload():
+  """It was said of the aggregate ('set each round by a controller: uncompressed on
+  average'), and the broadcast got its first round's static ratio."""
+  import pathlib
+  import types
+  from fedsim.reporting.summary import run_summary
+  from fedsim.sizing import ClientWireBits, SizeInfo
+  # 3 clients a round: 1,000 bits each in round 1, then 3,000 (the controller raised the
+  # levels): 12,000 bits over 6 broadcasts = 2,000 a client, against 32,000: 16x.
+  rows = [{"round": 1, "broadcast_bits": 3000, "broadcast_bits_per_client": 1000,
+           "control/levels_mean": 1.0, "control/levels_min": 1.0, "control/levels_max": 1.0},
+          {"round": 2, "broadcast_bits": 9000, "broadcast_bits_per_client": 3000,
+           "control/levels_mean": 4.0, "control/levels_min": 4.0, "control/levels_max": 4.0}]
+  sizes = SizeInfo(per_client=ClientWireBits(broadcast=1000, broadcast_model=1000,
+                                             aggregate=32_128, aggregate_model=32_000))
+  result = types.SimpleNamespace(final=rows[-1], size_info=sizes, metrics=rows,
+                                 uncompressed_bits_per_client=(32_000, 32_128),
+                                 run_dir=pathlib.Path("runs/x/b"), controlled_direction="broadcast")
+  communicated = run_summary(result).splitlines()[2]
+  assert communicated.endswith(
+      "(set each round by a controller: 16.00x fewer bits than uncompressed on average),"
+      " aggregate 0 bit (uncompressed)")
