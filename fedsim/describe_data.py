@@ -1,8 +1,9 @@
 """`fedsim data describe CONFIG`: what the config's dataset looks like, as text and a plot.
 
 Reads the config as a run would (overrides, variants, seeds) and builds the
-dataset with the same seed and parameters, without building a model or
-starting TFF; the text and the plot are data/describe.py's.
+dataset with the same seed and parameters, less what `eval.federated` holds
+out of each client's training data, without building a model or starting
+TFF; the text and the plot are data/describe.py's.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ import os
 import pathlib
 from typing import Sequence
 
-from fedsim.data import DATASETS
 from fedsim.data.describe import default_png, plot_labels, summary
 from fedsim.experiment.config.loader import expand_variants
 from fedsim.experiment.config.variant_overrides import load_for_variant
+from fedsim.experiment.population import training_data
 
 
 def describe(config_path: str | os.PathLike, overrides: Sequence[str] = (),
@@ -44,7 +45,7 @@ def describe(config_path: str | os.PathLike, overrides: Sequence[str] = (),
   raw = load_for_variant(config_path, overrides, variant)  # --set over the variant, as a run
   # With `seeds`, the data of the first seed.
   _, config = expand_variants(raw if variant else {**raw, "variants": {}}, only=variant)[0]
-  data = DATASETS.get(config.data.name).build(config.data.params, config.seed)
+  data = training_data(config)   # as the run trains on it: less eval.federated's hold-out
   text = summary(config.data.name, data, seed=config.seed)
   if out_png is None and logdir is not None:
     out_png = default_png(logdir, config.name, variant)
@@ -54,7 +55,8 @@ def describe(config_path: str | os.PathLike, overrides: Sequence[str] = (),
     plot_labels(data, out_png, title=f"{variant}: {title}" if variant else title)
     text += f"\nlabel plot: {out_png}"
   changing = [name for name, override in (raw.get("variants") or {}).items()
-              if {"data", "seed"} & set(override or {})]
+              if {"data", "seed"} & set(override or {})
+              or "federated" in ((override or {}).get("eval") or {})]
   if variant is None and changing:
     text += (f"\nvariants with other data: {', '.join(changing)}"
              " (describe one with --variant NAME)")

@@ -32,7 +32,9 @@ def summary(name: str, data: FederatedData, *, seed: int) -> str:
   lines = [
       f"dataset: {name} (seed {seed})",
       f"clients: {stats['num_clients']}",
-      f"examples: {stats['total_examples']} on clients, {stats['test_examples']} held out",
+      f"examples: {stats['total_examples']} on clients, {stats['test_examples']} held out"
+      + (" (and each client's own test split, held out of its training examples)"
+         if data.client_test is not None else ""),
       f"input shape: {stats['input_shape']}, dtype {data.test.x.dtype};"
       f" classes: {stats['num_classes']}",
   ]

@@ -95,3 +95,22 @@ def test_a_set_with_a_variant_changes_that_variants_data_as_in_a_run():
   assert "clients: 6" in text.splitlines()
   # iid: 1,437 training images into 6 gives 3 x 240 and 3 x 239.
   assert "examples per client: min 239, p10 239, median 239.5, p90 240, max 240" in text
+
+
+def test_the_eval_hold_out_is_taken_out_of_the_clients_examples_as_in_a_run():
+  """`eval.federated: true` moves a fifth of each client's examples to its own test
+  split; describe printed the data without it, and no variant turning it on was
+  listed as changing the data."""
+  config = {**VARIANTS, "variants": {"plain": {}, "held": {"eval": {"federated": True}}}}
+  base, held = describe(config).splitlines(), describe(config, variant="held").splitlines()
+  assert base[-1] == "variants with other data: held (describe one with --variant NAME)"
+  total = lambda lines: int(next(l for l in lines if l.startswith("examples:")).split()[1])
+  # digits: 1,437 training images; round(0.2 n) of each client's n held out.
+  from fedsim.experiment.config.loader import expand_variants, load_config
+  from fedsim.experiment.population import training_data
+  (_, run_config), = expand_variants(load_config(config)[1], only="held")
+  trained = training_data(run_config)
+  assert total(held) == sum(trained.client_size(c) for c in trained.client_ids) < total(base)
+  assert total(base) == 1437
+  assert held[2].endswith("(and each client's own test split, held out of its training"
+                          " examples)")
