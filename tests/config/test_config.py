@@ -207,3 +207,12 @@ def test_a_dirichlet_alpha_too_small_for_numpys_sampler_is_refused(data):
   """NumPy's Dirichlet sampler stalls below ~1e-8: validate (which builds digits) and
   the run hung."""
   assert _error([], {**BASE, "data": data}) == f"data.alpha: must be >= 1e-06, got {data['alpha']}"
+
+
+def test_two_controlled_parameters_are_refused_by_validate_as_by_the_run():
+  """validate said ok; the run then refused it (one controlled parameter per run)."""
+  controlled = {"encoder": "uniform", "min_elements": 10,
+                "bits": {"controller": "adaquantfl", "initial": 2, "max": 8}}
+  raw = {**BASE, "compression": {"broadcast": controlled, "aggregation": controlled}}
+  assert _error([], raw) == ("broadcast[0].bits: one controlled encoder parameter per run"
+                             " (aggregation[0].bits already is)")

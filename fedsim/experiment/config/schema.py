@@ -10,6 +10,7 @@ from fedsim.aggregation import (check_chain, parse_aggregation, parse_broadcast)
 from fedsim.algorithms import ALGORITHMS
 from fedsim.compression import parse_compression
 from fedsim.config.typed import Component, bounded, component, custom
+from fedsim.control.engine import find_controlled
 from fedsim.data import DATASETS
 from fedsim.errors import UserError
 from fedsim.seeds import MAX_SEED
@@ -147,3 +148,6 @@ class ExperimentConfig:
     kind = getattr(self.algorithm.params, "aggregation_kind", None)
     check_chain(self.aggregation_chain(), kind() if kind else None, self.algorithm.name,
                 self.clients_per_round, sampling=self.sampling)
+    # One controlled parameter per run: the run's own check, here before it starts.
+    find_controlled({"aggregation": self.aggregation_chain(),
+                     "broadcast": self.broadcast_chain()})
