@@ -198,6 +198,8 @@ def _check(args) -> int:
     key, sep, _ = item.partition("=")
     if not sep or not key.strip() or "." in key:
       raise UserError(f"{item}: expected KEY=VALUE, a parameter of encoder '{args.name}'")
+    if key.strip() in params:  # as a config refuses a key given twice
+      raise UserError(f"{item}: {key.strip()} is given twice")
     params.update(parse_set(item, flag=""))
   from fedsim.backend import quiet
   # As a run does: TensorFlow's start-up lines, its C++ warnings and

@@ -425,6 +425,7 @@ def test_fedsim_check_encoder_says_whether_the_draws_repeat(unseeded_plugin, cap
     (["uniform", "=3"], "=3: expected KEY=VALUE, a parameter of encoder 'uniform'"),
     (["uniform", "a.b=1"], "a.b=1: expected KEY=VALUE, a parameter of encoder 'uniform'"),
     (["uniform", "bits=["], "bits=[: value is not valid YAML"),
+    (["uniform", "bits=4", "bits=8"], "bits=8: bits is given twice"),   # the last one won
     (["uniform", "bits=0"], "encoder.bits: must be >= 1, got 0"),
     (["nosuch"], "encoder: unknown encoder 'nosuch'; choose one of: "),
     # Checked 'sign' under the name 'uniform', and ignored min_elements.
