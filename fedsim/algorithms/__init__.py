@@ -13,7 +13,12 @@ from __future__ import annotations
 from fedsim.registry import Registry
 from fedsim.task import ClientPlan, ClientRule, FederatedAlgorithm, Task
 
-ALGORITHMS = Registry("algorithm")
+# What `fedsim validate` knows of an algorithm before it is built (None: not
+# declared, its build decides): whether each client's upload is its model delta
+# alone, and whether its clients keep state between rounds. Together they say
+# whether error feedback on the upload applies (`check_upload_feedback`).
+ALGORITHMS = Registry("algorithm", traits={"model_delta_upload": None,
+                                           "clients_keep_state": None})
 
 __all__ = ["ALGORITHMS", "ClientPlan", "ClientRule", "FederatedAlgorithm", "Task"]
 

@@ -63,7 +63,8 @@ class EasgdParams:
     return alpha, alpha / learning_rate
 
 
-@ALGORITHMS.register("easgd", params=EasgdParams)
+@ALGORITHMS.register("easgd", params=EasgdParams,
+                     traits={"model_delta_upload": False, "clients_keep_state": True})
 def build_easgd(params: EasgdParams, task: Task) -> FederatedAlgorithm:
   """Elastic averaging SGD with clients that keep their local models."""
   import numpy as np

@@ -39,7 +39,8 @@ class FedAvgParams:
     return "weighted_mean" if self.client_weighting == "num_examples" else "mean"
 
 
-@ALGORITHMS.register("fedavg", params=FedAvgParams)
+@ALGORITHMS.register("fedavg", params=FedAvgParams,
+                     traits={"model_delta_upload": True, "clients_keep_state": True})
 def build_fedavg(params: FedAvgParams, task: Task) -> FederatedAlgorithm:
   """Federated averaging with client and server optimizers."""
   return build_model_averaging(params, task)

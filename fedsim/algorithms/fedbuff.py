@@ -71,7 +71,8 @@ class FedBuffParams:
                       " buffered updates); leave it at 1")
 
 
-@ALGORITHMS.register("fedbuff", params=FedBuffParams)
+@ALGORITHMS.register("fedbuff", params=FedBuffParams,
+                     traits={"model_delta_upload": True, "clients_keep_state": False})
 def build_fedbuff(params: FedBuffParams, task: Task) -> FederatedAlgorithm:
   """Buffered asynchronous aggregation with staleness weights (runs on the simulated clock).
 

@@ -30,7 +30,8 @@ class FedProxParams(FedAvgParams):
   mu: float = bounded(0.01, min=0)   # proximal strength (TFF: proximal_strength)
 
 
-@ALGORITHMS.register("fedprox", params=FedProxParams)
+@ALGORITHMS.register("fedprox", params=FedProxParams,
+                     traits={"model_delta_upload": True, "clients_keep_state": True})
 def build_fedprox(params: FedProxParams, task: Task) -> FederatedAlgorithm:
   """FedAvg with the proximal term mu/2 ||w - w_global||^2 in the local objective."""
   mu = params.mu

@@ -31,7 +31,8 @@ class FedSgdParams:
     return "weighted_mean" if self.client_weighting == "num_examples" else "mean"
 
 
-@ALGORITHMS.register("fedsgd", params=FedSgdParams)
+@ALGORITHMS.register("fedsgd", params=FedSgdParams,
+                     traits={"model_delta_upload": True, "clients_keep_state": True})
 def build_fedsgd(params: FedSgdParams, task: Task) -> FederatedAlgorithm:
   """Federated SGD: clients send gradients, the server averages and applies them."""
   import tensorflow as tf

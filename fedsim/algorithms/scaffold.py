@@ -40,7 +40,8 @@ class ScaffoldParams:
     return "mean" if self.client_weighting == "uniform" else "weighted_mean"
 
 
-@ALGORITHMS.register("scaffold", params=ScaffoldParams)
+@ALGORITHMS.register("scaffold", params=ScaffoldParams,
+                     traits={"model_delta_upload": False, "clients_keep_state": True})
 def build_scaffold(params: ScaffoldParams, task: Task) -> FederatedAlgorithm:
   """SCAFFOLD with option II control variates (client ones kept on disk).
 

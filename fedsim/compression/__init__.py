@@ -234,6 +234,29 @@ def reports_own_bits(spec: DirectionSpec | None) -> bool:
   return spec is not None and bool(ENCODERS.get(spec.encoder.name).traits["reports_own_bits"])
 
 
+def check_upload_feedback(stages: Any, model_delta: bool | None,
+                          keeps_client_state: bool | None) -> None:
+  """Refuses error feedback on the upload (`stages`' encode stage asks for it)
+  for an algorithm whose clients have no residual to keep: their upload is not
+  a model delta alone, or they keep no state between rounds. None: not known
+  (a plugin algorithm before its build), not refused.
+
+  Raises:
+    UserError: naming `aggregation[i].error_feedback`.
+  """
+  found = [i for i, s in enumerate(stages)
+           if s.name == "encode" and getattr(s.params, "error_feedback", False)]
+  if not found:
+    return
+  key = f"aggregation[{found[0]}].error_feedback"
+  if model_delta is False:
+    raise UserError(f"{key}: this algorithm's upload is not a model delta alone, so its"
+                    " clients have no residual to carry (fedavg, fedprox and fedsgd do)")
+  if keeps_client_state is False:
+    raise UserError(f"{key}: this algorithm's clients keep no state between rounds, so"
+                    " none can keep a residual (fedavg, fedprox and fedsgd do)")
+
+
 def upload_feedback(stages: Any) -> DirectionSpec | None:
   """The aggregation chain's `encode` stage if it asks for error feedback, else None.
 

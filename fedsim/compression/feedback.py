@@ -36,10 +36,9 @@ from typing import Any, Callable, NamedTuple, Sequence
 import numpy as np
 import tensorflow as tf
 
-from fedsim.compression import DirectionSpec, upload_feedback
+from fedsim.compression import DirectionSpec, check_upload_feedback, upload_feedback
 from fedsim.compression import tensor_encoding_api as te_api
 from fedsim.compression.encoders import encoder_at, encoder_for
-from fedsim.errors import UserError
 
 # A client's residual, under this key of its state (beside the wrapped work's own).
 RESIDUAL = "residual"
@@ -86,15 +85,7 @@ def upload_memory(task, work, aggregation: str,
   spec = upload_feedback(task.aggregation)
   if spec is None:
     return None
-  index = next(i for i, s in enumerate(task.aggregation)
-               if s.name == "encode" and getattr(s.params, "error_feedback", False))
-  key = f"aggregation[{index}].error_feedback"
-  if not work.model_delta:
-    raise UserError(f"{key}: this algorithm's upload is not a model delta alone, so its"
-                    " clients have no residual to carry (fedavg, fedprox and fedsgd do)")
-  if not keeps_client_state:
-    raise UserError(f"{key}: this algorithm's clients keep no state between rounds, so"
-                    " none can keep a residual (fedavg, fedprox and fedsgd do)")
+  check_upload_feedback(task.aggregation, work.model_delta, keeps_client_state)
   weighted = aggregation == "weighted_mean"
   trainable = task.model.initial_weights.trainable
   specs = [tf.TensorSpec(w.shape, tf.as_dtype(w.dtype)) for w in trainable]

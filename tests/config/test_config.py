@@ -216,3 +216,25 @@ def test_two_controlled_parameters_are_refused_by_validate_as_by_the_run():
   raw = {**BASE, "compression": {"broadcast": controlled, "aggregation": controlled}}
   assert _error([], raw) == ("broadcast[0].bits: one controlled encoder parameter per run"
                              " (aggregation[0].bits already is)")
+
+
+@pytest.mark.parametrize("algorithm, why", [
+    ("scaffold", "this algorithm's upload is not a model delta alone, so its clients have no"
+                 " residual to carry (fedavg, fedprox and fedsgd do)"),
+    ("easgd", "this algorithm's upload is not a model delta alone, so its clients have no"
+              " residual to carry (fedavg, fedprox and fedsgd do)"),
+    ("fedbuff", "this algorithm's clients keep no state between rounds, so none can keep a"
+                " residual (fedavg, fedprox and fedsgd do)"),
+    ("fedprox", None),
+    ("fedsgd", None),
+])
+def test_error_feedback_is_refused_by_validate_for_algorithms_without_a_residual(algorithm, why):
+  """validate said ok; the run then refused it at its build (in a study: after the
+  runs before it)."""
+  raw = {**BASE, "algorithm": {"name": algorithm},
+         "aggregation": [{"name": "encode", "encoder": "topk", "k": 10,
+                          "error_feedback": True}]}
+  if why is None:
+    load_config(raw)
+    return
+  assert _error([], raw) == f"aggregation[0].error_feedback: {why}"

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from fedsim.aggregation import (check_chain, parse_aggregation, parse_broadcast)
 from fedsim.algorithms import ALGORITHMS
-from fedsim.compression import parse_compression
+from fedsim.compression import check_upload_feedback, parse_compression
 from fedsim.config.typed import Component, bounded, component, custom
 from fedsim.control.engine import find_controlled
 from fedsim.data import DATASETS
@@ -148,6 +148,9 @@ class ExperimentConfig:
     kind = getattr(self.algorithm.params, "aggregation_kind", None)
     check_chain(self.aggregation_chain(), kind() if kind else None, self.algorithm.name,
                 self.clients_per_round, sampling=self.sampling)
+    traits = ALGORITHMS.get(self.algorithm.name).traits   # what a build would refuse
+    check_upload_feedback(self.aggregation_chain(), traits["model_delta_upload"],
+                          traits["clients_keep_state"])
     # One controlled parameter per run: the run's own check, here before it starts.
     find_controlled({"aggregation": self.aggregation_chain(),
                      "broadcast": self.broadcast_chain()})
