@@ -20,6 +20,13 @@ from fedsim.plugins import load_plugins
 from fedsim.seeds import MAX_SEED
 
 
+class _Words(argparse.Action):
+  """A positional of several words kept as one name ('aggregation stage'), None if none."""
+
+  def __call__(self, parser, namespace, values, option_string=None):
+    setattr(namespace, self.dest, " ".join(values) or None)
+
+
 class _Parser(argparse.ArgumentParser):
   """argparse's parser whose errors are one line, as fedsim's own: the usage
   block it prints above them is left to --help."""
@@ -105,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
                                        " algorithms, encoders, ...) with their typed"
                                        " parameters and defaults, and the summary line of"
                                        " each entry's docstring.")
-  listing.add_argument("registry", nargs="*", metavar="REGISTRY",
+  listing.add_argument("registry", nargs="*", action=_Words, metavar="REGISTRY",
                        help="only this registry, e.g. encoder or model (words of one name,"
                             " as 'aggregation stage', may come unquoted)")
   add_plugin_arg(listing)
@@ -457,7 +464,7 @@ def _validate(args) -> int:
 
 def _list(args) -> int:
   from fedsim.catalog import format_catalog
-  print(format_catalog(" ".join(args.registry) or None))
+  print(format_catalog(args.registry))
   return 0
 
 

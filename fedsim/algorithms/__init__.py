@@ -15,8 +15,8 @@ from fedsim.task import ClientPlan, ClientRule, FederatedAlgorithm, Task
 
 # What `fedsim validate` knows of an algorithm before it is built (None: not
 # declared, its build decides): whether each client's upload is its model delta
-# alone, and whether its clients keep state between rounds. Together they say
-# whether error feedback on the upload applies (`check_upload_feedback`).
+# alone, and whether its clients keep state between rounds; what the wrappers of
+# its client work need (see fedsim.compression.check_upload_feedback).
 ALGORITHMS = Registry("algorithm", traits={"model_delta_upload": None,
                                            "clients_keep_state": None})
 
