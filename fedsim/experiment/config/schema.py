@@ -16,7 +16,6 @@ from fedsim.errors import UserError
 from fedsim.seeds import MAX_SEED
 from fedsim.system.clock import SystemConfig
 from fedsim.models import MODELS
-from fedsim.reporting.rundir import EXPERIMENT_ENTRIES
 from fedsim.runtime.runtime_registry import RUNTIMES
 
 
@@ -102,6 +101,8 @@ class ExperimentConfig:
         raise UserError(f"seeds: {seed} is not in [0, 2**31 - 1]")
     if len(set(self.seeds)) != len(self.seeds):
       raise UserError(f"seeds: {self.seeds} repeats a seed")
+    if self.variants:  # imported only then: the reporting package is ~50 ms of start-up
+      from fedsim.reporting.rundir import EXPERIMENT_ENTRIES
     for variant in self.variants:
       if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", variant):
         raise UserError(f"variants.{variant}: a variant's name starts with a letter or digit"
