@@ -234,6 +234,12 @@ def reports_own_bits(spec: DirectionSpec | None) -> bool:
   return spec is not None and bool(ENCODERS.get(spec.encoder.name).traits["reports_own_bits"])
 
 
+def _feedback_stage(stages: Any) -> tuple[int, Any] | None:
+  """(index, stage) of the chain's first `encode` stage asking for error feedback."""
+  return next(((i, s) for i, s in enumerate(stages)
+               if s.name == "encode" and getattr(s.params, "error_feedback", False)), None)
+
+
 def check_upload_feedback(stages: Any, model_delta: bool | None,
                           keeps_client_state: bool | None) -> None:
   """Refuses error feedback on the upload (`stages`' encode stage asks for it)
@@ -244,9 +250,8 @@ def check_upload_feedback(stages: Any, model_delta: bool | None,
   Raises:
     UserError: naming `aggregation[i].error_feedback`.
   """
-  found = [i for i, s in enumerate(stages)
-           if s.name == "encode" and getattr(s.params, "error_feedback", False)]
-  if not found:
+  found = _feedback_stage(stages)
+  if found is None:
     return
   key = f"aggregation[{found[0]}].error_feedback"
   if model_delta is False:
@@ -264,11 +269,10 @@ def upload_feedback(stages: Any) -> DirectionSpec | None:
     UserError: if a stage other than `mean` shares the chain: the client
       could not predict what it does to the value before the encoder.
   """
-  found = [(i, s) for i, s in enumerate(stages)
-           if s.name == "encode" and getattr(s.params, "error_feedback", False)]
-  if not found:
+  found = _feedback_stage(stages)
+  if found is None:
     return None
-  index, stage = found[0]
+  index, stage = found
   others = [s.name for s in stages if s.name not in ("encode", "mean")]
   if others:
     raise UserError(f"aggregation[{index}].error_feedback: needs the encode stage alone (or"
