@@ -454,9 +454,75 @@ def identity_encoder() -> Encoder:
   return te.encoders.identity()
 
 
-def simple_encoder(encoder: Encoder, spec: tf.TensorSpec) -> te.core.SimpleEncoder:
+class SimpleEncoder:
+  """`encoder` bound to one tensor spec for one-to-many use (the server encodes,
+  every client decodes), its ops made where it is called.
+
+  The interface of tensor_encoding's `SimpleEncoder`: `initial_state()` (a
+  tuple of tensors), `encode(x, state=None) -> (encoded, new_state)` and
+  `decode(encoded)`, where `encoded` is a flat dict of what is sent (the
+  encoded tensors, the decode parameters and the input shapes not known
+  statically) keyed by their slash-joined paths, under the same keys. Its
+  Python values (e.g. static shapes) stay here for `decode`, so a value is
+  encoded (or traced) before one is decoded. tensor_encoding's class traces
+  three `tf.function`s when it is made, through AutoGraph, and again in every
+  TFF computation that calls them: a tenth of building a run with a
+  compressed broadcast. The ops are the same.
+  """
+
+  def __init__(self, encoder: Encoder, spec: tf.TensorSpec):
+    if not isinstance(encoder, Encoder):
+      raise TypeError(f"an Encoder is needed, got {type(encoder).__name__}")
+    if not isinstance(spec, tf.TensorSpec) or not spec.shape.is_fully_defined():
+      raise TypeError(f"a tf.TensorSpec of a known shape is needed, got {spec}")
+    self.input_tensorspec = spec
+    self._encoder = encoder
+    self._state_structure = None   # the encoder's nested state, None at its leaves
+    self._sent_structure = None    # everything `encode` returns, None at its leaves
+    self._python_values = None     # its non-tensor values, as a nested dict
+
+  def initial_state(self) -> tuple:
+    state = self._encoder.initial_state()
+    self._state_structure = tf.nest.map_structure(lambda _: None, state)
+    return tuple(tf.nest.flatten(state))
+
+  def encode(self, x, state: tuple | None = None) -> tuple[dict, tuple]:
+    if state is None or self._state_structure is None:
+      initial = self.initial_state()
+      state = initial if state is None else state
+    x = tf.convert_to_tensor(x)
+    if x.dtype != self.input_tensorspec.dtype or not self.input_tensorspec.is_compatible_with(x):
+      raise ValueError(f"this encoder takes {self.input_tensorspec}, got {x.dtype.name}"
+                       f"{x.shape}")
+    nested = tf.nest.pack_sequence_as(self._state_structure, list(state))
+    encode_params, decode_params = self._encoder.get_params(nested)
+    encoded, updates, shapes = self._encoder.encode(x, encode_params)
+    new_state = tuple(tf.nest.flatten(self._encoder.update_state(nested, updates)))
+    sent = collections.OrderedDict([(_SENT_TENSORS, encoded), (_SENT_PARAMS, decode_params),
+                                    (_SENT_SHAPES, shapes)])
+    flat = collections.OrderedDict(te.utils.py_utils.flatten_with_joined_string_paths(sent))
+    python_values, tensors = te.utils.split_dict_py_tf(flat)
+    self._sent_structure = tf.nest.map_structure(lambda _: None, sent)
+    self._python_values = python_values
+    return tensors, new_state
+
+  def decode(self, encoded: dict) -> tf.Tensor:
+    if self._sent_structure is None:
+      raise ValueError("nothing was encoded yet: decode needs the structure encode sends")
+    merged = te.utils.merge_dicts(dict(encoded), self._python_values)
+    flat = [merged[key] for key, _ in te.utils.py_utils.flatten_with_joined_string_paths(
+        self._sent_structure)]
+    sent = tf.nest.pack_sequence_as(self._sent_structure, flat)
+    return self._encoder.decode(sent[_SENT_TENSORS], sent[_SENT_PARAMS], sent[_SENT_SHAPES])
+
+
+# The top-level keys of what `SimpleEncoder.encode` sends (tensor_encoding's own).
+_SENT_TENSORS, _SENT_PARAMS, _SENT_SHAPES = "encoded_tensors", "params", "shapes"
+
+
+def simple_encoder(encoder: Encoder, spec: tf.TensorSpec) -> SimpleEncoder:
   """`encoder` bound to one tensor spec for one-to-many use (server -> clients)."""
-  return te.encoders.as_simple_encoder(encoder, spec)
+  return SimpleEncoder(encoder, spec)
 
 
 def gather_encoder(encoder: Encoder, spec: tf.TensorSpec) -> te.core.GatherEncoder:
