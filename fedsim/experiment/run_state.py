@@ -9,8 +9,9 @@ buffered schedule's player and the metrics of every round logged so far.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import pathlib
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -33,10 +34,17 @@ class RunResult:
   metrics: list[dict[str, float]]   # one dict per round, as in metrics.csv
   size_info: SizeInfo
   final_weights: list[np.ndarray]   # trainable weights of the evaluated model
-  uncompressed_bits_per_client: tuple[int, int]  # (broadcast, aggregate)
+  # () -> (broadcast, aggregate) bits per client of the run without its encoders:
+  # `uncompressed_bits_per_client`, sized when first read.
+  size_uncompressed: Callable[[], tuple[int, int]]
   # The chain whose encoder parameter a controller sets ('aggregation' or
   # 'broadcast'): its size per client changes between rounds (or clients).
   controlled_direction: str | None = None
+
+  @functools.cached_property
+  def uncompressed_bits_per_client(self) -> tuple[int, int]:
+    """(broadcast, aggregate) bits per client of the same run without its encoders."""
+    return self.size_uncompressed()
 
   @property
   def final(self) -> dict[str, float]:
@@ -101,10 +109,15 @@ class Run:
   def result(self) -> RunResult:
     return RunResult(run_dir=self.run_dir, metrics=self.history, size_info=self.sizes,
                      final_weights=self.trained_weights(),
-                     uncompressed_bits_per_client=(self.sim.uncompressed_wire.broadcast,
-                                                   self.sim.uncompressed_wire.aggregate),
+                     # Holds what the reference is built from, not the run's simulation.
+                     size_uncompressed=functools.partial(_bits_pair, self.sim.size_uncompressed),
                      controlled_direction=(self.sim.control.controlled.direction
                                            if self.sim.control is not None else None))
+
+
+def _bits_pair(size: Callable[[], Any]) -> tuple[int, int]:
+  wire = size()
+  return wire.broadcast, wire.aggregate
 
 
 def begin(run: Run) -> None:

@@ -42,7 +42,10 @@ class Simulation:
   algorithm: FederatedAlgorithm
   sampler: ClientSampler
   wire: ClientWireBits               # per client per round, as configured
-  uncompressed_wire: ClientWireBits  # the same algorithm without compression
+  # The same algorithm without compression, sized when first asked for
+  # (`uncompressed_wire`; only `fedsim run`'s summary does): its build and
+  # compile are not paid before round 1, nor by runs nobody compares.
+  size_uncompressed: Callable[[], ClientWireBits]
   evaluate: Any                      # weights -> {"eval/loss", "eval/accuracy"}
   # What the loop calls each round: what the configured runtime built (see
   # fedsim.runtime.contract), e.g. TFF's process or the compiled round.
@@ -57,6 +60,12 @@ class Simulation:
   evaluate_clients: Any = None
   # A controlled encoder parameter's controller and variants (fedsim.control.engine).
   control: RoundControl | None = None
+
+  @property
+  def uncompressed_wire(self) -> ClientWireBits:
+    """What the algorithm sends per client without its encoders (built and
+    compiled on the first call in a process, see `_uncompressed_wire_bits`)."""
+    return self.size_uncompressed()
 
 
 def build_simulation(config: ExperimentConfig) -> Simulation:
@@ -73,9 +82,10 @@ def build_simulation(config: ExperimentConfig) -> Simulation:
   algorithm = _build_algorithm(config, model, num_clients=len(data.client_ids), fixed=fixed)
   wire = _wire_bits(algorithm, _measures_own_bits(config))
   # The uncompressed reference (the same chains without their encoders) is
-  # sized from its own compiled process too.
-  uncompressed = (_uncompressed_wire_bits(config, model, len(data.client_ids))
-                  if _compresses(config) else wire)
+  # sized from its own compiled process too, when asked for.
+  size_uncompressed = (functools.partial(_uncompressed_wire_bits, config, model,
+                                         len(data.client_ids))
+                       if _compresses(config) else lambda: wire)
   choice = _round_process(algorithm, config)
   round_process = choice.process
   dispatch = (choice.variant(algorithm.dispatch_round(), dispatch=True)
@@ -98,7 +108,7 @@ def build_simulation(config: ExperimentConfig) -> Simulation:
       config=config, data=data, model=model, algorithm=algorithm,
       sampler=ClientSampler(data.client_ids, config.seed,
                             poisson_rate=config.poisson_rate(len(data.client_ids))),
-      wire=wire, uncompressed_wire=uncompressed,
+      wire=wire, size_uncompressed=size_uncompressed,
       evaluate=make_evaluator(model, data, config.eval.batch_size, as_function),
       round_process=round_process, runtime_notice=choice.notice, dispatch_process=dispatch,
       privacy=_privacy_ledgers(config, len(data.client_ids), model.num_params),

@@ -41,9 +41,11 @@ def test_encoders_share_one_uncompressed_size_and_other_models_do_not(monkeypatc
   sims = [simulation.build_simulation(_config(
       compression={"aggregation": {"encoder": "uniform", "bits": bits, "min_elements": 1}}))
           for bits in (8, 4)]
-  # Each run sizes its own compressed process; the uncompressed one is built once.
-  assert _distinct(compiled) == 3
+  # Each run sizes its own compressed process; the uncompressed one is built when
+  # first asked for, and once.
+  assert _distinct(compiled) == 2
   assert sims[0].uncompressed_wire == sims[1].uncompressed_wire
+  assert _distinct(compiled) == 3
   assert sims[0].uncompressed_wire.aggregate_model == MODEL_BITS
   assert sims[0].wire.aggregate_model < MODEL_BITS
   # Another seed: other initial weights and draws, the same types: only its
@@ -51,14 +53,14 @@ def test_encoders_share_one_uncompressed_size_and_other_models_do_not(monkeypatc
   reseeded = simulation.build_simulation(_config(
       seed=1, compression={"aggregation": {"encoder": "uniform", "bits": 8, "min_elements": 1}}))
   assert reseeded.algorithm is not sims[0].algorithm
-  assert _distinct(compiled) == 4
   assert reseeded.uncompressed_wire == sims[0].uncompressed_wire
+  assert _distinct(compiled) == 4
   assert reseeded.uncompressed_wire.aggregate_model == MODEL_BITS
   wider = simulation.build_simulation(_config(
       model={"name": "mlp", "hidden": [8]},
       compression={"aggregation": {"encoder": "uniform", "bits": 8, "min_elements": 1}}))
-  assert _distinct(compiled) == 6
   assert wider.uncompressed_wire.aggregate_model == (64 * 8 + 8 + 8 * 10 + 10) * 32
+  assert _distinct(compiled) == 6
 
 
 def _distinct(objects) -> int:
@@ -88,3 +90,31 @@ def test_a_config_built_again_reuses_its_algorithm_and_only_its_own(monkeypatch,
   assert rewritten.algorithm is not from_file.algorithm
   assert simulation.build_simulation(_config(model=model)).algorithm is rewritten.algorithm
   assert len(simulation._BUILT) <= simulation._BUILT_KEEP
+
+
+@pytest.mark.slow
+def test_a_run_builds_its_uncompressed_reference_only_when_it_is_read(monkeypatch, tmp_path):
+  """Only `fedsim run`'s summary compares with the uncompressed run: an API run
+  of a compressed config does not build it before round 1, nor at all unless
+  its result's `uncompressed_bits_per_client` is read."""
+  import fedsim
+  built = []
+  real = simulation._build_algorithm
+
+  def counting(config, model, compressed=True, **kwargs):
+    built.append(compressed)
+    return real(config, model, compressed, **kwargs)
+
+  monkeypatch.setattr(simulation, "_build_algorithm", counting)
+  monkeypatch.setattr(simulation, "_BUILT", collections.OrderedDict())
+  monkeypatch.setattr(simulation, "_UNCOMPRESSED", collections.OrderedDict())
+  result = fedsim.run({**BASE, "compression": {"aggregation": {
+      "encoder": "uniform", "bits": 8, "min_elements": 1}}}, logdir=tmp_path, progress=False)
+  assert built == [True]
+  # The logistic model's weights go down as float32; up, its delta and the
+  # client's weight and metrics (more than the model).
+  broadcast, aggregate = result.uncompressed_bits_per_client
+  assert built == [True, False]
+  assert broadcast == MODEL_BITS and aggregate > MODEL_BITS
+  assert result.uncompressed_bits_per_client == (broadcast, aggregate)
+  assert built == [True, False]   # read once, kept
