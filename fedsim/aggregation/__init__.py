@@ -153,7 +153,7 @@ def parse_chain(registry: Registry, data: Any, key: str) -> tuple[Component, ...
     custom = entry.traits["parser"]
     params = custom(rest, where) if custom else parse(entry.params, rest, where,
                                                       reserved=("name",))
-    stages.append(Component(entry.name, params))
+    stages.append(Component(entry.name, params, where))
   return tuple(stages)
 
 
@@ -185,11 +185,11 @@ def check_chain(stages: Sequence[Component], kind: str | None, algorithm: str,
   stages = absorb_clip(stages)
   roles = [role_of(s) for s in stages]
   for i, (stage, role) in enumerate(zip(stages, roles)):
-    where = f"{key}[{i}] {stage.name}"
+    written = stage.key or f"{key}[{i}]"
+    where = f"{written} {stage.name}"
     check = AGGREGATION_STAGES.get(stage.name).traits["check_context"]
     if check is not None:
-      check(stage.params, StageContext(kind or "", clients_per_round, 0, i, sampling),
-            f"{key}[{i}]")
+      check(stage.params, StageContext(kind or "", clients_per_round, 0, i, sampling), written)
     last = i == len(stages) - 1
     if role == SUM and not last:
       raise UserError(f"{where}: this stage sends the values and must come last;"

@@ -205,7 +205,7 @@ def absorb_clip(stages):
         raise UserError(f"aggregation[{i}] dp_gaussian: needs clip: NORM, or a clip stage"
                         " right before it")
       clip = previous.params
-      stage = Component(stage.name, dataclasses.replace(
+      stage = dataclasses.replace(stage, params=dataclasses.replace(
           stage.params, clip=clip.norm, adaptive=clip.adaptive,
           target_quantile=clip.target_quantile, learning_rate=clip.learning_rate))
       out[-1] = stage

@@ -24,6 +24,7 @@ from typing import Literal
 from fedsim.algorithms import ALGORITHMS, ClientPlan, FederatedAlgorithm, Task
 from fedsim.algorithms.staleness import STALENESS
 from fedsim.config.typed import Component, bounded, component
+from fedsim.control.engine import check_schedule, find_controlled
 from fedsim.errors import UserError
 from fedsim.learning.optimizers import OPTIMIZERS, build_optimizer
 
@@ -63,6 +64,9 @@ class FedBuffParams:
     if config.system.deadline_seconds is not None:
       raise UserError("system.deadline_seconds: not used by asynchronous algorithms"
                       " (algorithm.max_staleness drops late updates)")
+    check_schedule(find_controlled({"aggregation": config.aggregation_chain(),
+                                    "broadcast": config.broadcast_chain()}),
+                   "buffered", "fedbuff")   # its build's schedule (learning.buffered)
     # Every server update applies exactly K = clients_per_round buffered
     # reports, so no update ever has fewer than min_clients: the key is inert.
     if config.system.min_clients != 1:

@@ -253,7 +253,7 @@ def check_upload_feedback(stages: Any, model_delta: bool | None,
   found = _feedback_stage(stages)
   if found is None:
     return
-  key = f"aggregation[{found[0]}].error_feedback"
+  key = f"{found[1].key or f'aggregation[{found[0]}]'}.error_feedback"
   if model_delta is False:
     raise UserError(f"{key}: this algorithm's upload is not a model delta alone, so its"
                     " clients have no residual to carry (fedavg, fedprox and fedsgd do)")
@@ -275,9 +275,9 @@ def upload_feedback(stages: Any) -> DirectionSpec | None:
   index, stage = found
   others = [s.name for s in stages if s.name not in ("encode", "mean")]
   if others:
-    raise UserError(f"aggregation[{index}].error_feedback: needs the encode stage alone (or"
-                    f" after mean); the client cannot predict what '{others[0]}' does to"
-                    " its update")
+    raise UserError(f"{stage.key or f'aggregation[{index}]'}.error_feedback: needs the"
+                    f" encode stage alone (or after mean); the client cannot predict what"
+                    f" '{others[0]}' does to its update")
   return stage.params
 
 

@@ -38,6 +38,9 @@ class Component:
 
   name: str
   params: Any
+  # Where the config wrote it (e.g. `aggregation[1]`, `compression.broadcast`), for
+  # errors found after parsing; not part of what it is.
+  key: str = dataclasses.field(default="", compare=False, repr=False)
 
   def to_dict(self) -> dict[str, Any]:
     return {"name": self.name, **to_plain(self.params)}
@@ -187,7 +190,7 @@ def _from_registry(registry: Registry, data: Any, key: str) -> Component:
                     f" (one of: {', '.join(registry.names())}), got {_describe(data)}")
   entry = registry.get(data["name"], _join(key, "name"))
   rest = {k: v for k, v in data.items() if k != "name"}
-  return Component(entry.name, parse(entry.params, rest, key, reserved=("name",)))
+  return Component(entry.name, parse(entry.params, rest, key, reserved=("name",)), key)
 
 
 def _check_bounds(meta: Mapping[str, Any], value: Any, key: str) -> None:

@@ -36,10 +36,12 @@ class Controlled:
   index: int
   spec: ControlSpec
   encoder: str
+  stage_key: str = ""   # where the config wrote the stage (`Component.key`)
 
   @property
   def key(self) -> str:
-    return f"{self.direction}[{self.index}].{self.spec.param}"
+    """The controlled parameter's config key, e.g. `compression.aggregation.bits`."""
+    return f"{self.stage_key or f'{self.direction}[{self.index}]'}.{self.spec.param}"
 
 
 def find_controlled(chains: Mapping[str, Sequence[Component]]) -> Controlled | None:
@@ -48,7 +50,7 @@ def find_controlled(chains: Mapping[str, Sequence[Component]]) -> Controlled | N
   Raises:
     UserError: more than one stage is controlled.
   """
-  found = [Controlled(direction, i, stage.params.control, stage.params.encoder.name)
+  found = [Controlled(direction, i, stage.params.control, stage.params.encoder.name, stage.key)
            for direction in DIRECTIONS for i, stage in enumerate(chains.get(direction, ()))
            if stage.name == "encode" and getattr(stage.params, "control", None) is not None]
   if len(found) > 1:
@@ -57,11 +59,24 @@ def find_controlled(chains: Mapping[str, Sequence[Component]]) -> Controlled | N
   return found[0] if found else None
 
 
+def check_schedule(controlled: Controlled | None, schedule: str, algorithm: str) -> None:
+  """Refuses a controlled encoder parameter for an algorithm whose rounds are
+  not synchronous (`schedule`, e.g. FedBuff's 'buffered'): a controller sets
+  each round's value, and such an algorithm has no rounds of its clients.
+
+  Raises:
+    UserError: naming the controlled parameter's key.
+  """
+  if controlled is not None and schedule != "synchronous":
+    raise UserError(f"{controlled.key}: a controller needs synchronous rounds; algorithm"
+                    f" '{algorithm}' applies updates as they arrive")
+
+
 def fixed_chain(stages: Sequence[Component], controlled: Controlled, value: float) -> tuple:
   """`stages` with the controlled parameter fixed at `value` (the chain of a plain config)."""
   out = list(stages)
   stage = out[controlled.index]
-  out[controlled.index] = Component(stage.name, stage.params.with_value(value))
+  out[controlled.index] = dataclasses.replace(stage, params=stage.params.with_value(value))
   return tuple(out)
 
 

@@ -14,7 +14,8 @@ import numpy as np
 from fedsim.aggregation import (AGGREGATION_STAGES, BROADCAST_STAGES, PrivacyLedgers,
                                 PrivacyScope, is_compressing, privacy_ledgers)
 from fedsim.algorithms import ALGORITHMS, FederatedAlgorithm, Task
-from fedsim.control.engine import Controlled, RoundControl, Variant, find_controlled, fixed_chain
+from fedsim.control.engine import (Controlled, RoundControl, Variant, check_schedule,
+                                   find_controlled, fixed_chain)
 from fedsim.experiment.config.loader import parse_config, plain
 from fedsim.experiment.config.schema import ExperimentConfig
 from fedsim.data.federated import FederatedData
@@ -80,6 +81,7 @@ def build_simulation(config: ExperimentConfig) -> Simulation:
   controlled = _controlled(config)
   fixed = (controlled, controlled.spec.initial) if controlled is not None else None
   algorithm = _build_algorithm(config, model, num_clients=len(data.client_ids), fixed=fixed)
+  check_schedule(controlled, algorithm.schedule, config.algorithm.name)
   wire = _wire_bits(algorithm, _measures_own_bits(config))
   # The uncompressed reference (the same chains without their encoders) is
   # sized from its own compiled process too, when asked for.
@@ -92,9 +94,6 @@ def build_simulation(config: ExperimentConfig) -> Simulation:
               if isinstance(algorithm, BufferedAlgorithm) else None)
   control = None
   if controlled is not None:
-    if algorithm.schedule != "synchronous":
-      raise UserError(f"{controlled.key}: a controller needs synchronous rounds; algorithm"
-                      f" '{config.algorithm.name}' applies updates as they arrive")
     control = RoundControl(
         controlled,
         build_algorithm=lambda value: _build_algorithm(config, model,

@@ -214,8 +214,14 @@ def test_two_controlled_parameters_are_refused_by_validate_as_by_the_run():
   controlled = {"encoder": "uniform", "min_elements": 10,
                 "bits": {"controller": "adaquantfl", "initial": 2, "max": 8}}
   raw = {**BASE, "compression": {"broadcast": controlled, "aggregation": controlled}}
-  assert _error([], raw) == ("broadcast[0].bits: one controlled encoder parameter per run"
-                             " (aggregation[0].bits already is)")
+  # Named by the keys the config wrote (they were named by chain position,
+  # `broadcast[0].bits`, keys no config has).
+  assert _error([], raw) == ("compression.broadcast.bits: one controlled encoder parameter per"
+                             " run (compression.aggregation.bits already is)")
+  chains = {**BASE, "aggregation": [{"name": "mean"}, {"name": "encode", **controlled}],
+            "broadcast": [{"name": "encode", **controlled}]}
+  assert _error([], chains) == ("broadcast[0].bits: one controlled encoder parameter per run"
+                                " (aggregation[1].bits already is)")
 
 
 @pytest.mark.parametrize("algorithm, why", [
@@ -238,3 +244,20 @@ def test_error_feedback_is_refused_by_validate_for_algorithms_without_a_residual
     load_config(raw)
     return
   assert _error([], raw) == f"aggregation[0].error_feedback: {why}"
+
+
+def test_error_feedback_behind_another_stage_is_refused_naming_its_stage():
+  encode = {"name": "encode", "encoder": "topk", "k": 10, "error_feedback": True}
+  chain = {**BASE, "aggregation": [{"name": "clip", "norm": 1.0}, encode]}
+  assert _error([], chain) == (
+      "aggregation[1].error_feedback: needs the encode stage alone (or after mean); the client"
+      " cannot predict what 'clip' does to its update")
+
+
+def test_a_controller_on_fedbuff_is_refused_by_validate_naming_the_key_the_config_wrote():
+  """The run refused it once built (in a study: after the runs before it), naming
+  `aggregation[0].bits`, a key no config has."""
+  raw = {**BASE, "algorithm": {"name": "fedbuff"}, "compression": {"aggregation": {
+      "encoder": "uniform", "bits": {"controller": "adaquantfl", "initial": 2, "max": 8}}}}
+  assert _error([], raw) == ("compression.aggregation.bits: a controller needs synchronous"
+                             " rounds; algorithm 'fedbuff' applies updates as they arrive")

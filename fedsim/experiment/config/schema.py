@@ -131,12 +131,14 @@ class ExperimentConfig:
   def aggregation_chain(self) -> tuple:
     """The aggregation stages, with `compression.aggregation` as a final `encode`."""
     spec = getattr(self.compression, "aggregation", None)
-    return self.aggregation + ((Component("encode", spec),) if spec is not None else ())
+    return self.aggregation + ((Component("encode", spec, "compression.aggregation"),)
+                               if spec is not None else ())
 
   def broadcast_chain(self) -> tuple:
     """The broadcast stages, or `compression.broadcast` as one `encode` stage."""
     spec = getattr(self.compression, "broadcast", None)
-    return self.broadcast or ((Component("encode", spec),) if spec is not None else ())
+    return self.broadcast or ((Component("encode", spec, "compression.broadcast"),)
+                              if spec is not None else ())
 
   def _check_aggregation(self) -> None:
     from fedsim.aggregation import SUM, role_of
