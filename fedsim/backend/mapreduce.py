@@ -29,17 +29,27 @@ def map_reduce_form(process: tff.templates.IterativeProcess):
     ValueError: the process has no MapReduceForm (the first line of TFF's reason).
   """
   if process not in _FORMS:
-    from fedsim.backend.quiet import filtered_stderr
-    try:
-      # TensorFlow's known harmless lines (fedsim.backend.quiet), should TFF's
-      # compile print any, stay off the run's stderr; other lines pass.
-      with filtered_stderr():
-        _FORMS[process] = tff.backends.mapreduce.get_map_reduce_form_for_computation(
-            process.next, _NO_GRAPPLER)
-    except Exception as e:  # TFF raises several internal error types here
-      reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-      raise ValueError(reason) from e
+    _FORMS[process] = compile_form(process.next)
   return _FORMS[process]
+
+
+def compile_form(computation: tff.Computation):
+  """TFF's MapReduceForm of a federated `computation`, compiled now (uncached)
+  as fedsim compiles every round, without TFF's Grappler pass.
+
+  Raises:
+    ValueError: as `map_reduce_form`.
+  """
+  from fedsim.backend.quiet import filtered_stderr
+  try:
+    # TensorFlow's known harmless lines (fedsim.backend.quiet), should TFF's
+    # compile print any, stay off the run's stderr; other lines pass.
+    with filtered_stderr():
+      return tff.backends.mapreduce.get_map_reduce_form_for_computation(
+          computation, _NO_GRAPPLER)
+  except Exception as e:  # TFF raises several internal error types here
+    reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    raise ValueError(reason) from e
 
 
 def state_initialization(initialize: tff.Computation) -> tff.Computation:

@@ -55,6 +55,7 @@ def test_upload_is_one_bit_per_coordinate(value_type):
   """The clients' `work` output in the compiled round: ceil(n / 32) int32 words per tensor."""
   import tensorflow_federated as tff
   from fedsim.aggregation.vote import SignVoteFactory
+  from fedsim.backend.mapreduce import compile_form
   from fedsim.sizing.mapreduce_form import type_bits
   process = SignVoteFactory(1.0).create(value_type)
 
@@ -64,7 +65,7 @@ def test_upload_is_one_bit_per_coordinate(value_type):
     output = process.next(state, value)
     return output.state, output.result
 
-  form = tff.backends.mapreduce.get_map_reduce_form_for_computation(round_fn)
+  form = compile_form(round_fn)   # as a run compiles it
   upload = form.work.type_signature.result[0]
   # 63 coordinates -> 2 words, 40 -> 2 words: 128 bits for 103 coordinates (the
   # last word of each tensor is padding); no scale, no header.

@@ -17,6 +17,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from fedsim.backend.mapreduce import compile_form
 from fedsim.compression import ENCODERS, parse_direction, register_encoder
 from fedsim.compression import tensor_encoding_api as te_api
 from fedsim.compression.broadcast import build_encoded_broadcast
@@ -79,7 +80,7 @@ def _map_reduce_form(direction, inputs: int = 200) -> tff.backends.mapreduce.Map
       lambda: _model_fn(inputs), client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
       model_distributor=build_encoded_broadcast(_weights_type(inputs), direction),
       model_aggregator=build_encoded_mean(direction))
-  return tff.backends.mapreduce.get_map_reduce_form_for_computation(process.next)
+  return compile_form(process.next)  # as a run compiles it
 
 
 @pytest.mark.parametrize("inputs, config, kernel, kernel_bits", [
@@ -152,7 +153,7 @@ def _broadcast_then_mean_form(direction, sizes: list[int]) -> tff.backends.mapre
     return (tff.federated_zip((sent.state, averaged.state, averaged.result)),
             tff.federated_value((), tff.SERVER))
 
-  return tff.backends.mapreduce.get_map_reduce_form_for_computation(next_fn)
+  return compile_form(next_fn)
 
 
 # Hadamard's form holds uniform's (its quantized values, packed) plus padding and
