@@ -276,3 +276,49 @@ def test_hadamard_signs_are_a_function_of_the_input():
   decoded = stage.decode({k: tf.constant(v) for k, v in first.items()}, {},
                          shape=tf.constant([1000])).numpy()
   np.testing.assert_allclose(decoded, values, atol=1e-5)
+
+
+@pytest.mark.parametrize("config", [
+    {"encoder": "uniform", "bits": 8},
+    {"encoder": "hadamard", "bits": 4},
+    {"encoder": "topk", "fraction": 0.1},
+], ids=lambda c: c["encoder"])
+def test_the_broadcast_binding_sends_and_decodes_what_tensor_encodings_does(config):
+  """fedsim binds broadcast encoders itself (without tensor_encoding's traced
+  functions): the same keys and tensors on the wire, the same decoded value,
+  the same new state, against tensor_encoding's own `SimpleEncoder`."""
+  direction = parse_direction({**config, "min_elements": 1}, "compression.broadcast")
+  values = np.random.default_rng(3).normal(size=[40, 30]).astype(np.float32)
+  spec = tf.TensorSpec(values.shape, tf.float32)
+  ours = te_api.simple_encoder(encoder_for(spec, direction), spec)
+  theirs = te_api.te.encoders.as_simple_encoder(encoder_for(spec, direction), spec)
+  assert not isinstance(ours, te_api.te.core.SimpleEncoder)
+  # In graphs, as a run encodes and decodes (tensor_encoding's methods are graph
+  # functions; eager ops can round a rotation or a dequantization 1 ulp apart),
+  # outside a round (its encode was traced when made: a round set around the
+  # call would reach only fedsim's).
+  encode = tf.function(ours.encode, autograph=False)
+  encoded, state = encode(tf.constant(values), ours.initial_state())
+  want_encoded, want_state = theirs.encode(tf.constant(values), theirs.initial_state())
+  assert list(encoded) == list(want_encoded)
+  for key in encoded:
+    np.testing.assert_array_equal(encoded[key].numpy(), want_encoded[key].numpy())
+  assert [s.numpy().tolist() for s in state] == [s.numpy().tolist() for s in want_state]
+  decode = tf.function(ours.decode, autograph=False)
+  np.testing.assert_array_equal(decode(encoded).numpy(), theirs.decode(want_encoded).numpy())
+
+
+def test_the_broadcast_binding_refuses_what_it_cannot_bind():
+  spec = tf.TensorSpec([4], tf.float32)
+  encoder = encoder_for(spec, UNIFORM8)
+  with pytest.raises(TypeError, match="an Encoder is needed, got str"):
+    te_api.simple_encoder("uniform", spec)
+  with pytest.raises(TypeError, match="of a known shape"):
+    te_api.simple_encoder(encoder, tf.TensorSpec([None], tf.float32))
+  bound = te_api.simple_encoder(encoder, spec)
+  with pytest.raises(ValueError, match="nothing was encoded yet"):
+    bound.decode({})
+  with pytest.raises(ValueError, match="takes TensorSpec"):
+    bound.encode(tf.zeros([5]))
+  with pytest.raises(ValueError, match="got int32"):
+    bound.encode(tf.zeros([4], tf.int32))
