@@ -25,6 +25,9 @@ seeds are `fedsim.compression.noise_seeds`' (`noise_key`, `noise_round`,
 stage writes is read here (`packing_bits`, `unpack_symbols`) and analysed in
 `fedsim.compression.bit_packing`; the built-in encoders are registered in
 `fedsim.compression.encoder_catalog` and assembled in `fedsim.compression.encoders`.
+An encoder is bound to one tensor here: for the broadcast by fedsim's own
+`SimpleEncoder` (tensor_encoding's interface, its ops made inline), for uploads by
+tensor_encoding's `GatherEncoder`.
 """
 
 from __future__ import annotations
