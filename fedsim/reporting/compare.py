@@ -25,9 +25,9 @@ from fedsim.reporting.compare_plot import (draw_accuracy, plot_accuracy_vs_bits,
 from fedsim.reporting.compare_table import (EPSILON, WIDTH, format_comparison,
                                             format_seed_comparison, format_seed_markdown)
 from fedsim.reporting.run_records import ACCURACY, Run, load_runs
-from fedsim.reporting.rundir import PLOT_NAME, RESULT_NAME, ROUNDS_PLOT_NAME
+from fedsim.reporting.rundir import RESULT_NAME
 
-__all__ = ["PLOT_NAME", "ROUNDS_PLOT_NAME", "Run", "WIDTH", "compare_runs", "compare_seeds",
+__all__ = ["Run", "WIDTH", "compare_runs", "compare_seeds",
            "draw_accuracy", "format_comparison", "format_seed_comparison", "load_runs",
            "plot_accuracy_vs_bits", "plot_accuracy_vs_rounds", "write_seed_table"]
 _DIRECTIONS = ("broadcast", "aggregate")
@@ -143,8 +143,6 @@ def _csv_cell(value: Any) -> str:
   if isinstance(value, (list, tuple)):
     return " ".join(map(str, value))
   return repr(value) if isinstance(value, float) else str(value)
-
-
 
 
 def write_seed_table(experiment_dir: str | os.PathLike,

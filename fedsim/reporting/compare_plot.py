@@ -14,7 +14,6 @@ from fedsim.reporting.rundir import PLOT_NAME, ROUNDS_PLOT_NAME
 from fedsim.reporting.units import format_bits, format_bits_ticks
 
 
-
 def plot_accuracy_vs_bits(experiment_dir: str | os.PathLike,
                           output: str | os.PathLike | None = None) -> pathlib.Path:
   """Plots eval accuracy against cumulative bits (broadcast + aggregate), log x.

@@ -12,8 +12,9 @@ import pytest
 from fedsim import cli
 from fedsim.errors import UserError
 from fedsim.reporting import CsvSink, write_config, write_status
-from fedsim.reporting.compare import (PLOT_NAME, ROUNDS_PLOT_NAME, compare_runs, draw_accuracy,
-                                      format_comparison, load_runs, plot_accuracy_vs_bits)
+from fedsim.reporting.compare import (compare_runs, draw_accuracy, format_comparison, load_runs,
+                                      plot_accuracy_vs_bits)
+from fedsim.reporting.rundir import PLOT_NAME, ROUNDS_PLOT_NAME
 
 MLP = {"name": "mlp", "hidden": [4], "activation": "relu"}
 FEDAVG = {"name": "fedavg"}

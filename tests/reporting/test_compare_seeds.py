@@ -10,8 +10,8 @@ from scipy import stats
 
 from fedsim import cli
 from fedsim.reporting import CsvSink, write_config, write_status
-from fedsim.reporting.compare import (PLOT_NAME, ROUNDS_PLOT_NAME, compare_seeds,
-                                      format_seed_comparison, load_runs)
+from fedsim.reporting.compare import compare_seeds, format_seed_comparison, load_runs
+from fedsim.reporting.rundir import PLOT_NAME, ROUNDS_PLOT_NAME
 from fedsim.reporting.seed_groups import curve, group_by_seed
 
 UNIFORM8 = {"aggregation": {"encoder": "uniform", "bits": 8}}

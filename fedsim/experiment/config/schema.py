@@ -149,11 +149,10 @@ class ExperimentConfig:
     if getattr(self.compression, "broadcast", None) is not None and self.broadcast:
       raise UserError("compression.broadcast: a broadcast chain is set too; keep one of them")
     kind = getattr(self.algorithm.params, "aggregation_kind", None)
-    check_chain(self.aggregation_chain(), kind() if kind else None, self.algorithm.name,
+    chain = self.aggregation_chain()
+    check_chain(chain, kind() if kind else None, self.algorithm.name,
                 self.clients_per_round, sampling=self.sampling)
     traits = ALGORITHMS.get(self.algorithm.name).traits   # what a build would refuse
-    check_upload_feedback(self.aggregation_chain(), traits["model_delta_upload"],
-                          traits["clients_keep_state"])
+    check_upload_feedback(chain, traits["model_delta_upload"], traits["clients_keep_state"])
     # One controlled parameter per run: the run's own check, here before it starts.
-    find_controlled({"aggregation": self.aggregation_chain(),
-                     "broadcast": self.broadcast_chain()})
+    find_controlled({"aggregation": chain, "broadcast": self.broadcast_chain()})
