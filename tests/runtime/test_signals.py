@@ -22,6 +22,17 @@ SCRIPT = pathlib.Path(__file__).parent / "scripts" / "stuck_exit.py"
 REPO = pathlib.Path(__file__).parents[2]
 # What the tests that wait for the deadline set it to: the mechanism, not the 8 s.
 SHORT_DEADLINE_S = 2.0
+# What coverage.py's `patch = subprocess` (pyproject.toml) sets for a child to trace itself.
+_COVERAGE_VARS = ("COVERAGE_PROCESS_CONFIG", "COVERAGE_PROCESS_START")
+
+
+def _untraced_env(**extra: str) -> dict[str, str]:
+  """The child's environment without coverage's tracing: under a tracer (a
+  debugger, coverage) fedsim raises an interrupt at once by design
+  (`signals._raise_outside_tensorflow`), and these tests check where an
+  untraced run, as users start it, raises it."""
+  env = {k: v for k, v in os.environ.items() if k not in _COVERAGE_VARS}
+  return dict(env, PYTHONPATH=str(REPO), **extra)
 
 
 def _start(tmp_path, *args: str) -> subprocess.Popen:
@@ -129,8 +140,7 @@ def test_a_signal_inside_a_tensorflow_callback_still_interrupts(tmp_path):
   script = pathlib.Path(__file__).parent / "scripts" / "signal_in_tensorflow.py"
   done = subprocess.run(
       [sys.executable, str(script), str(tmp_path), "INT", "TERM"], capture_output=True,
-      text=True, timeout=300,
-      env=dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2"),
+      text=True, timeout=300, env=_untraced_env(TF_CPP_MIN_LOG_LEVEL="2"),
       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
   assert done.returncode == 0, done.stderr
   assert done.stdout.splitlines() == ["KeyboardInterrupt", "SystemExit 143"], done.stderr
@@ -146,7 +156,7 @@ def test_a_signal_inside_an_ignoring_callback_still_interrupts(kind):
   that triggered the callback; so is one in a `weakref.finalize` callback."""
   script = pathlib.Path(__file__).parent / "scripts" / "signal_in_callback.py"
   done = subprocess.run([sys.executable, str(script), kind], capture_output=True, text=True,
-                        timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                        timeout=60, env=_untraced_env(),
                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
   assert done.returncode == 0, done.stderr
   assert done.stdout == "KeyboardInterrupt\n", done.stderr
@@ -161,7 +171,7 @@ def test_a_signal_during_an_import_waits_for_the_module_to_be_whole(tmp_path):
   that made the import, after the module is imported whole."""
   script = pathlib.Path(__file__).parent / "scripts" / "signal_in_import.py"
   done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True,
-                        text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                        text=True, timeout=60, env=_untraced_env(),
                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
   assert done.returncode == 0, done.stderr
   assert done.stdout == "KeyboardInterrupt whole\n", done.stderr
