@@ -235,7 +235,7 @@ def _seeded_uniform(shape, minval=0, maxval=None, dtype=tf.float32, seed=None, n
   dtype = tf.as_dtype(dtype)
   if maxval is None:
     if dtype.is_integer:
-      raise ValueError("Must specify maxval for integer dtype")
+      raise ValueError(f"Must specify maxval for integer dtype {dtype!r}")
     maxval = 1
   return tf.random.stateless_uniform(shape, stream_seed, minval, maxval, dtype, name=name)
 

@@ -211,6 +211,95 @@ def test_chain_needs_one_compressible_output_per_parent():
     te_api.chain(te_api.stages.BitpackingEncodingStage(8), te_api.stages.FlattenEncodingStage())
 
 
+def _noise_stage(dtype=tf.float32):
+  """A user's stage that adds Gaussian and truncated Gaussian noise with
+  TensorFlow's stateful ops, as a plugin would write it."""
+
+  @te_api.tf_style_encoding_stage
+  class NoiseStage(te_api.EncodingStageInterface):
+    name = "noise"
+    compressible_tensors_keys = ["values"]
+    commutes_with_sum = False
+    decode_needs_input_shape = False
+
+    def get_params(self):
+      return {}, {}
+
+    def encode(self, x, encode_params):
+      del encode_params
+      normal = tf.random.normal(tf.shape(x), dtype=dtype)
+      truncated = tf.random.truncated_normal(tf.shape(x), stddev=2.0, dtype=dtype)
+      return {"values": x + normal, "truncated": truncated}
+
+    def decode(self, encoded_tensors, decode_params, num_summands=None, shape=None):
+      del decode_params, num_summands, shape
+      return encoded_tensors["values"]
+
+  return NoiseStage()
+
+
+def _noise(run_seed: int, round_num: int, values: np.ndarray) -> dict[str, np.ndarray]:
+  with te_api.noise_key(run_seed, 0):
+    encoder = te_api.simple_encoder(te_api.chain(_noise_stage()),
+                                    tf.TensorSpec(values.shape, tf.float32))
+  with te_api.noise_round(round_num):
+    encoded, _ = encoder.encode(tf.constant(values))
+  return {"normal": encoded["encoded_tensors/values"].numpy() - values,
+          "truncated": encoded["encoded_tensors/truncated"].numpy()}
+
+
+def test_a_plugin_stages_normal_draws_are_seeded_and_distributed_as_asked():
+  """tf.random.normal and truncated_normal in a user's stage draw from the run's
+  seed, the round and the input, as uniform draws do; they are still the
+  distributions asked for (a truncated normal keeps within two standard
+  deviations); TensorFlow's own ops are back once the stage returns."""
+  scipy_stats = pytest.importorskip("scipy.stats")
+  values = np.linspace(-1, 1, 4096, dtype=np.float32)
+  first = _noise(3, 0, values)
+  again = _noise(3, 0, values)
+  for key in first:
+    np.testing.assert_array_equal(first[key], again[key])
+    assert not np.array_equal(first[key], _noise(3, 1, values)[key]), key
+    assert not np.array_equal(first[key], _noise(4, 0, values)[key]), key
+  assert scipy_stats.kstest(first["normal"], "norm", args=(0, 1)).pvalue > 1e-4
+  truncated = first["truncated"]
+  assert np.abs(truncated).max() <= 4.0
+  # scipy's truncnorm bounds are in standard deviations: [-2, 2] of N(0, 2^2).
+  assert scipy_stats.kstest(truncated, "truncnorm", args=(-2, 2, 0, 2)).pvalue > 1e-4
+  assert tf.random.normal.__module__.startswith("tensorflow")
+  assert tf.random.truncated_normal.__module__.startswith("tensorflow")
+
+
+def test_an_integer_uniform_draw_without_maxval_is_refused_as_tensorflow_does():
+  with pytest.raises(ValueError) as theirs:
+    tf.random.uniform([3], dtype=tf.int32)
+
+  @te_api.tf_style_encoding_stage
+  class IntegerDraws(te_api.EncodingStageInterface):
+    name = "integer_draws"
+    compressible_tensors_keys = ["values"]
+    commutes_with_sum = False
+    decode_needs_input_shape = False
+
+    def get_params(self):
+      return {}, {}
+
+    def encode(self, x, encode_params):
+      del encode_params
+      return {"values": x + tf.cast(tf.random.uniform(tf.shape(x), dtype=tf.int32), x.dtype)}
+
+    def decode(self, encoded_tensors, decode_params, num_summands=None, shape=None):
+      del decode_params, num_summands, shape
+      return encoded_tensors["values"]
+
+  spec = tf.TensorSpec([8], tf.float32)
+  with te_api.noise_key(0, 0):
+    encoder = te_api.simple_encoder(te_api.chain(IntegerDraws()), spec)
+  with pytest.raises(ValueError) as ours, te_api.noise_round(0):
+    encoder.encode(tf.zeros([8]))
+  assert str(ours.value) == str(theirs.value)
+
+
 def _seeded_quantize(values: np.ndarray, bits: int = 8) -> np.ndarray:
   """Levels (floats in [0, 2**bits - 1]) from fedsim's seeded stochastic quantizer."""
   stage = te_api.SeededUniformQuantizationStage(bits, stochastic=True)
