@@ -303,6 +303,10 @@ def test_every_flag_is_in_the_command_line_reference_table():
      "argument --target: 'nan' is not an accuracy in (0, 1], e.g. 0.9 for 90%"),
     (["compare", "runs/x", "--target", "0"],
      "argument --target: '0' is not an accuracy in (0, 1], e.g. 0.9 for 90%"),
+    (["compare", "runs/x", "--target", "90%"],
+     "argument --target: '90%' is not an accuracy in (0, 1], e.g. 0.9 for 90%"),
+    (["run", "c.yaml", "--jobs", "two"], "argument --jobs: 'two' is not a positive integer"),
+    (["run", "c.yaml", "--jobs", "0"], "argument --jobs: '0' is not a positive integer"),
     (["validate", "c.yaml", "--seeds=-1"], "argument --seeds: '-1' is not a comma-separated"
                                            " list of seeds (integers >= 0), e.g. 0,1,2"),
     (["validate", "c.yaml", "--seeds", "1_0"], "argument --seeds: '1_0' is not a"

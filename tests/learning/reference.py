@@ -1,7 +1,8 @@
 """NumPy references for exact-number tests, written from the papers and seeds.
 
 Nothing here follows fedsim's code: the optimizers are TensorFlow's documented
-update rules (`tf.compat.v1.train.MomentumOptimizer`, Keras `Adam`), local
+update rules (`tf.compat.v1.train.MomentumOptimizer`, Keras `Adam`, `RMSprop` and
+`Adagrad`), local
 gradient accumulation is a line-by-line transcription of Horovod's
 `LocalGradientAggregationHelper` (counter, accumulator variables, the apply
 condition and the `optimizer.iterations` increments), and "the mean over the
@@ -95,6 +96,37 @@ class Adam:
     self.v = [self.b2 * v + (1 - self.b2) * g * g for v, g in zip(self.v, grads)]
     self.iterations += 1
     return [p - lr_t * m / (np.sqrt(v) + self.eps) for p, m, v in zip(params, self.m, self.v)]
+
+
+class RmsProp:
+  """RMSProp (Hinton's lecture 6e), as Keras writes it: ms = d ms + (1 - d) g^2,
+  from ms = 0; var -= lr g / (sqrt(ms) + eps)."""
+
+  def __init__(self, lr, decay=0.9, epsilon=1e-7):
+    self.lr, self.decay, self.eps, self.ms, self.iterations = lr, decay, epsilon, None, 0
+
+  def apply(self, params, grads):
+    if self.ms is None:
+      self.ms = [np.zeros_like(p) for p in params]
+    self.iterations += 1
+    self.ms = [self.decay * s + (1 - self.decay) * g * g for s, g in zip(self.ms, grads)]
+    return [p - self.lr * g / (np.sqrt(s) + self.eps) for p, g, s in zip(params, grads, self.ms)]
+
+
+class Adagrad:
+  """Adagrad (Duchi, Hazan and Singer 2011), as Keras writes it: acc += g^2, from
+  acc = initial_accumulator_value; var -= lr g / (sqrt(acc) + eps)."""
+
+  def __init__(self, lr, initial_accumulator_value=0.1, epsilon=1e-7):
+    self.lr, self.initial, self.eps = lr, initial_accumulator_value, epsilon
+    self.acc, self.iterations = None, 0
+
+  def apply(self, params, grads):
+    if self.acc is None:
+      self.acc = [np.full_like(p, self.initial) for p in params]
+    self.iterations += 1
+    self.acc = [a + g * g for a, g in zip(self.acc, grads)]
+    return [p - self.lr * g / (np.sqrt(a) + self.eps) for p, g, a in zip(params, grads, self.acc)]
 
 
 class HorovodAggregation:

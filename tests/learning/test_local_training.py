@@ -68,6 +68,27 @@ def test_accumulation_options_match_their_definitions(optimizers, k, divide_by, 
   assert float(stats.num_examples) == 20 - pad
 
 
+@pytest.mark.parametrize("name, params, theirs", [
+    ("rmsprop", {"learning_rate": 0.05, "decay": 0.8}, lambda: reference.RmsProp(0.05, 0.8)),
+    ("adagrad", {"learning_rate": 0.3, "initial_accumulator_value": 0.2},
+     lambda: reference.Adagrad(0.3, 0.2)),
+])
+def test_the_configs_other_optimizers_follow_their_update_rules(name, params, theirs):
+  """`client_optimizer: {name: rmsprop}` and `adagrad`, as a config builds them,
+  over windows of 2 batches."""
+  from fedsim.learning.optimizers import OPTIMIZERS, build_optimizer
+  from fedsim.config.typed import Component
+  ours = build_optimizer(Component(name, OPTIMIZERS.get(name).params(**params)))
+  rng = np.random.default_rng(3)
+  w0, b0 = _start(rng)
+  batches = _batches(rng, steps=5, batch=4, dim=4, classes=3, pad_last=1)
+  (w, b), _, _ = _train((w0, b0), batches, ours, steps=2, divide_by="window")
+  rw, rb = reference.windows_train([w0, b0], batches, theirs(), 2, "window")
+  np.testing.assert_allclose(w, rw, atol=1e-5)
+  np.testing.assert_allclose(b, rb, atol=1e-5)
+  assert np.abs(w - w0).max() > 1e-2
+
+
 @pytest.mark.parametrize("average,divide_by", [(True, "backward_passes"), (False, "none")])
 def test_horovod_accumulation_with_adam_matches_its_helper(average, divide_by):
   """Horovod's semantics: constant divisor, passes counted as iterations."""
