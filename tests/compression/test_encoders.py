@@ -211,31 +211,39 @@ def test_chain_needs_one_compressible_output_per_parent():
     te_api.chain(te_api.stages.BitpackingEncodingStage(8), te_api.stages.FlattenEncodingStage())
 
 
-def _noise_stage(dtype=tf.float32):
-  """A user's stage that adds Gaussian and truncated Gaussian noise with
-  TensorFlow's stateful ops, as a plugin would write it."""
+def _user_stage(name: str, encode):
+  """A user's stage sending `encode(x)` (a dict with the decoded "values"), its
+  draws made with TensorFlow's stateful ops, as a plugin would write it."""
 
   @te_api.tf_style_encoding_stage
-  class NoiseStage(te_api.EncodingStageInterface):
-    name = "noise"
+  class UserStage(te_api.EncodingStageInterface):
     compressible_tensors_keys = ["values"]
     commutes_with_sum = False
     decode_needs_input_shape = False
+
+    @property
+    def name(self):
+      return name
 
     def get_params(self):
       return {}, {}
 
     def encode(self, x, encode_params):
       del encode_params
-      normal = tf.random.normal(tf.shape(x), dtype=dtype)
-      truncated = tf.random.truncated_normal(tf.shape(x), stddev=2.0, dtype=dtype)
-      return {"values": x + normal, "truncated": truncated}
+      return encode(x)
 
     def decode(self, encoded_tensors, decode_params, num_summands=None, shape=None):
       del decode_params, num_summands, shape
       return encoded_tensors["values"]
 
-  return NoiseStage()
+  return UserStage()
+
+
+def _noise_stage():
+  """Adds Gaussian noise and sends truncated Gaussian noise beside it."""
+  return _user_stage("noise", lambda x: {
+      "values": x + tf.random.normal(tf.shape(x)),
+      "truncated": tf.random.truncated_normal(tf.shape(x), stddev=2.0)})
 
 
 def _noise(run_seed: int, round_num: int, values: np.ndarray) -> dict[str, np.ndarray]:
@@ -274,27 +282,11 @@ def test_an_integer_uniform_draw_without_maxval_is_refused_as_tensorflow_does():
   with pytest.raises(ValueError) as theirs:
     tf.random.uniform([3], dtype=tf.int32)
 
-  @te_api.tf_style_encoding_stage
-  class IntegerDraws(te_api.EncodingStageInterface):
-    name = "integer_draws"
-    compressible_tensors_keys = ["values"]
-    commutes_with_sum = False
-    decode_needs_input_shape = False
-
-    def get_params(self):
-      return {}, {}
-
-    def encode(self, x, encode_params):
-      del encode_params
-      return {"values": x + tf.cast(tf.random.uniform(tf.shape(x), dtype=tf.int32), x.dtype)}
-
-    def decode(self, encoded_tensors, decode_params, num_summands=None, shape=None):
-      del decode_params, num_summands, shape
-      return encoded_tensors["values"]
-
+  integer_draws = _user_stage("integer_draws", lambda x: {
+      "values": x + tf.cast(tf.random.uniform(tf.shape(x), dtype=tf.int32), x.dtype)})
   spec = tf.TensorSpec([8], tf.float32)
   with te_api.noise_key(0, 0):
-    encoder = te_api.simple_encoder(te_api.chain(IntegerDraws()), spec)
+    encoder = te_api.simple_encoder(te_api.chain(integer_draws), spec)
   with pytest.raises(ValueError) as ours, te_api.noise_round(0):
     encoder.encode(tf.zeros([8]))
   assert str(ours.value) == str(theirs.value)
