@@ -18,6 +18,7 @@ final weights of the two kinds must be equal bit for bit.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pathlib
@@ -48,9 +49,8 @@ def child(kind: str, builds: int, weights_path: str) -> None:
   from fedsim.compression import tensor_encoding_api as te_api
   from fedsim.experiment import simulation
   from fedsim.experiment.config.loader import parse_config
-  patch = mock.patch.object(te_api, "simple_encoder", te_api.te.encoders.as_simple_encoder) \
-      if kind == "tensor_encoding" else mock.patch.object(te_api, "simple_encoder",
-                                                          te_api.simple_encoder)
+  patch = (mock.patch.object(te_api, "simple_encoder", te_api.te.encoders.as_simple_encoder)
+           if kind == "tensor_encoding" else contextlib.nullcontext())
   with patch:
     seconds = []
     for seed in range(builds):
